@@ -1,0 +1,58 @@
+# stubvisor: `make run` serves testdata/models on :8000, `make test` runs every test.
+PYTHON ?= /usr/bin/python3
+GO     ?= go
+BIN    := bin
+export GOFLAGS := -mod=mod
+
+.PHONY: all build run test test-go test-python vet deps proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
+
+all: build
+
+# deps installs what the Python stub and the tests need (Debian packages).
+deps:
+	@missing=""; \
+	$(PYTHON) -c 'import numpy, msgpack' 2>/dev/null || missing="$$missing python3-numpy python3-msgpack"; \
+	[ -e /usr/lib/x86_64-linux-gnu/libatomic.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libatomic.so.1 ] || missing="$$missing libatomic1"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+build:
+	$(GO) build -o $(BIN)/stubvisor ./cmd/stubvisor
+
+run: deps build
+	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON)
+
+vet:
+	$(GO) vet ./...
+
+test: deps vet test-python test-go
+
+test-go: build
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-python:
+	$(PYTHON) -m unittest discover -s python/tests -t python
+
+proto:
+	./backendapi/proto/generate.sh
+
+bench-ipc:
+	$(GO) run ./cmd/stubvisor-bench ipc
+
+bench-stub:
+	$(GO) run ./cmd/stubvisor-bench stub
+
+bench-http: build
+	$(GO) run ./cmd/stubvisor-bench http
+
+bench-grpc: build
+	$(GO) run ./cmd/stubvisor-bench grpc
+
+bench-shm: build
+	$(GO) run ./cmd/stubvisor-bench shm
+
+clean:
+	rm -rf $(BIN)

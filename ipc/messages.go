@@ -1,0 +1,107 @@
+package ipc
+
+// ProtocolVersion is written in the region header by the supervisor and
+// announced by the stub in Hello; a mismatch fails the handshake.
+const ProtocolVersion = 1
+
+// Kind is the first element of every message array.
+type Kind uint8
+
+// Supervisor -> stub messages.
+//
+//	Initialize   [1, id, args {str: str}, options {str: any}]   -> Result(value nil)
+//	Execute      [2, batch_id, [Request...]]                     -> Response*, ExecuteDone
+//	Finalize     [3, id]                                         -> Result(value nil)
+//	Release      [4, 0, [offset...]]   arena 1 blocks the supervisor no longer reads
+//	Cancel       [5, request_handle]   the client gave up on this request
+//	IsReady      [6, id]                                         -> Result(value bool)
+//	AutoComplete [7, id, options {str: any}, config_json str]    -> Result(value config_json str)
+//
+// Stub -> supervisor messages.
+//
+//	Hello        [64, 0, version int, pid int, info {str: str}]  first frame after attach
+//	Result       [65, id, Error|nil, value]
+//	Response     [66, 0, Response]   one response sent through a response sender
+//	ExecuteDone  [67, batch_id, Error|nil, [Response...]]
+//	             execute returned; carries the responses it returned (none for
+//	             decoupled models). An error fails every request of the batch
+//	             that has not had its final response.
+//	Log          [68, 0, level str, message str, file str, line int]
+//
+// Initialize options: "model_file" (path of model.py or the Go binary),
+// "decoupled" (bool), "force_cpu_only_input_tensors" (bool). AutoComplete
+// options: "model_file". Unknown options are ignored.
+const (
+	KindInitialize   Kind = 1
+	KindExecute      Kind = 2
+	KindFinalize     Kind = 3
+	KindRelease      Kind = 4
+	KindCancel       Kind = 5
+	KindIsReady      Kind = 6
+	KindAutoComplete Kind = 7
+
+	KindHello       Kind = 64
+	KindResult      Kind = 65
+	KindResponse    Kind = 66
+	KindExecuteDone Kind = 67
+	KindLog         Kind = 68
+)
+
+// Tensor locations (the loc element of a tensor descriptor).
+const (
+	LocArena0 = 0 // supervisor-owned arena; offset relative to arena0_off
+	LocArena1 = 1 // stub-owned arena; offset relative to arena1_off
+)
+
+// Response flags.
+const (
+	// FlagFinal marks the last response of a request
+	// (TRITONSERVER_RESPONSE_COMPLETE_FINAL).
+	FlagFinal = 1
+)
+
+// Tensor describes one tensor whose bytes live in an arena:
+// [name, dtype, shape, loc, offset, size].
+type Tensor struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Name     string
+	DataType uint8
+	Shape    []int64
+	Loc      uint8
+	Offset   uint64
+	Size     uint64
+}
+
+// Request is one inference request inside an Execute message:
+// [handle, request_id, correlation_id, flags, inputs, requested_outputs,
+// parameters_json, timeout_us]. correlation_id is an int or a str.
+// Readers ignore trailing elements they do not know.
+type Request struct {
+	_msgpack         struct{} `msgpack:",as_array"`
+	Handle           uint64
+	ID               string
+	CorrelationID    any // uint64 or string
+	Flags            uint32
+	Inputs           []Tensor
+	RequestedOutputs []string
+	ParametersJSON   string
+	TimeoutMicros    uint64
+}
+
+// Error is [code, message]; code is a backendapi.Code.
+type Error struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Code     uint8
+	Message  string
+}
+
+// Response is one response: [request_handle, flags, error, outputs,
+// parameters_json]. parameters_json is "" when the model set none.
+type Response struct {
+	_msgpack       struct{} `msgpack:",as_array"`
+	Handle         uint64
+	Flags          uint32
+	Error          *Error
+	Outputs        []Tensor
+	ParametersJSON string
+}
