@@ -16,6 +16,8 @@ type Kind uint8
 //	Cancel       [5, request_handle]   the client gave up on this request
 //	IsReady      [6, id]                                         -> Result(value bool)
 //	AutoComplete [7, id, options {str: any}, config_json str]    -> Result(value config_json str)
+//	InferResult  [8, id, Response]     a response to the stub's InferExec (BLS); its
+//	             outputs are in arena 0 and the stub returns them with Free
 //
 // Stub -> supervisor messages.
 //
@@ -27,6 +29,11 @@ type Kind uint8
 //	             decoupled models). An error fails every request of the batch
 //	             that has not had its final response.
 //	Log          [68, 0, level str, message str, file str, line int]
+//	InferExec    [69, id, model_name str, model_version int, Request, decoupled bool]
+//	             a BLS request from inside execute; inputs in arena 1 (the
+//	             supervisor sends Release for them once read); answered by
+//	             InferResult messages with the same id, the last one FlagFinal
+//	Free         [70, 0, [offset...]]  arena 0 blocks the stub no longer reads
 //
 // Initialize options: "model_file" (path of model.py or the Go binary),
 // "decoupled" (bool), "force_cpu_only_input_tensors" (bool). AutoComplete
@@ -39,12 +46,15 @@ const (
 	KindCancel       Kind = 5
 	KindIsReady      Kind = 6
 	KindAutoComplete Kind = 7
+	KindInferResult  Kind = 8
 
 	KindHello       Kind = 64
 	KindResult      Kind = 65
 	KindResponse    Kind = 66
 	KindExecuteDone Kind = 67
 	KindLog         Kind = 68
+	KindInferExec   Kind = 69
+	KindFree        Kind = 70
 )
 
 // Tensor locations (the loc element of a tensor descriptor).
