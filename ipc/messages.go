@@ -35,6 +35,12 @@ type Kind uint8
 //	             InferResult messages with the same id, the last one FlagFinal
 //	Free         [70, 0, [offset...]]  arena 0 blocks the stub no longer reads
 //
+// Memory ownership: each side allocates what it sends in its own arena and
+// only the owner frees. The supervisor frees a request's inputs (arena 0)
+// once it has both the batch's ExecuteDone and the request's final response.
+// The stub frees a response's outputs (arena 1) when the supervisor sends
+// Release for them.
+//
 // Initialize options: "model_file" (path of model.py or the Go binary),
 // "decoupled" (bool), "force_cpu_only_input_tensors" (bool). AutoComplete
 // options: "model_file". Unknown options are ignored.
