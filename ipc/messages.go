@@ -67,6 +67,7 @@ const (
 const (
 	LocArena0 = 0 // supervisor-owned arena; offset relative to arena0_off
 	LocArena1 = 1 // stub-owned arena; offset relative to arena1_off
+	LocNone   = 2 // no bytes (size 0); offset is ignored
 )
 
 // Response flags.
@@ -121,3 +122,111 @@ type Response struct {
 	Outputs        []Tensor
 	ParametersJSON string
 }
+
+// Message is one decoded frame: one of the *Msg types below, each the
+// typed form of the array its Kind documents.
+type Message interface {
+	Kind() Kind
+}
+
+// InitializeMsg is [1, id, args, options].
+type InitializeMsg struct {
+	ID      uint64
+	Args    map[string]string
+	Options map[string]any
+}
+
+// ExecuteMsg is [2, batch_id, [Request...]].
+type ExecuteMsg struct {
+	BatchID  uint64
+	Requests []Request
+}
+
+// FinalizeMsg is [3, id].
+type FinalizeMsg struct{ ID uint64 }
+
+// ReleaseMsg is [4, 0, [offset...]]: arena 1 blocks the supervisor no
+// longer reads.
+type ReleaseMsg struct{ Offsets []uint64 }
+
+// CancelMsg is [5, request_handle].
+type CancelMsg struct{ Handle uint64 }
+
+// IsReadyMsg is [6, id].
+type IsReadyMsg struct{ ID uint64 }
+
+// AutoCompleteMsg is [7, id, options, config_json].
+type AutoCompleteMsg struct {
+	ID         uint64
+	Options    map[string]any
+	ConfigJSON string
+}
+
+// InferResultMsg is [8, id, Response]: one response to the stub's
+// InferExec with the same id.
+type InferResultMsg struct {
+	ID       uint64
+	Response Response
+}
+
+// HelloMsg is [64, 0, version, pid, info].
+type HelloMsg struct {
+	Version int64
+	PID     int64
+	Info    map[string]string
+}
+
+// ResultMsg is [65, id, Error|nil, value]. Value decodes as nil, bool,
+// int64, uint64, float64, string, []byte, []any or map[string]any.
+type ResultMsg struct {
+	ID    uint64
+	Error *Error
+	Value any
+}
+
+// ResponseMsg is [66, 0, Response]: one response sent through a response
+// sender.
+type ResponseMsg struct{ Response Response }
+
+// ExecuteDoneMsg is [67, batch_id, Error|nil, [Response...]].
+type ExecuteDoneMsg struct {
+	BatchID   uint64
+	Error     *Error
+	Responses []Response
+}
+
+// LogMsg is [68, 0, level, message, file, line].
+type LogMsg struct {
+	Level   string
+	Message string
+	File    string
+	Line    int64
+}
+
+// InferExecMsg is [69, id, model_name, model_version, Request, decoupled].
+type InferExecMsg struct {
+	ID           uint64
+	ModelName    string
+	ModelVersion int64
+	Request      Request
+	Decoupled    bool
+}
+
+// FreeMsg is [70, 0, [offset...]]: arena 0 blocks the stub no longer reads.
+type FreeMsg struct{ Offsets []uint64 }
+
+func (*InitializeMsg) Kind() Kind   { return KindInitialize }
+func (*ExecuteMsg) Kind() Kind      { return KindExecute }
+func (*FinalizeMsg) Kind() Kind     { return KindFinalize }
+func (*ReleaseMsg) Kind() Kind      { return KindRelease }
+func (*CancelMsg) Kind() Kind       { return KindCancel }
+func (*IsReadyMsg) Kind() Kind      { return KindIsReady }
+func (*AutoCompleteMsg) Kind() Kind { return KindAutoComplete }
+func (*InferResultMsg) Kind() Kind  { return KindInferResult }
+func (*HelloMsg) Kind() Kind        { return KindHello }
+func (*ResultMsg) Kind() Kind       { return KindResult }
+func (*ResponseMsg) Kind() Kind     { return KindResponse }
+func (*ExecuteDoneMsg) Kind() Kind  { return KindExecuteDone }
+func (*LogMsg) Kind() Kind          { return KindLog }
+func (*InferExecMsg) Kind() Kind    { return KindInferExec }
+func (*FreeMsg) Kind() Kind         { return KindFree }

@@ -1,0 +1,744 @@
+"""The stub side of stubvisor's shared-memory wire (see ipc/doc.go).
+
+One region per stub: a memfd the supervisor created and this process
+inherited as fd 3. It holds a header, a control block, two single-producer
+single-consumer rings of msgpack frames (ring 0 supervisor -> stub, ring 1
+stub -> supervisor) and two arenas for tensor bytes (arena 0 owned by the
+supervisor, arena 1 by this stub). This module is the Python twin of the Go
+package ipc; TestConstantsMatchPython in ipc/ fails when the two drift.
+
+Why ctypes rather than the mmap module: the region is mapped once at its
+full reserved size while the file behind it grows, and mmap.mmap refuses a
+length past the end of the file. Why libatomic: the wake-up handshake needs
+full-fence stores, which pure Python cannot issue on shared memory.
+
+Threads: send() may be called from any thread (a lock serialises it);
+recv() admits one thread at a time. Views returned by view() alias the
+mapping and must not be used after close().
+"""
+
+import bisect
+import ctypes
+import fcntl
+import os
+import platform
+import struct
+import threading
+import time
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian
+
+# Header field offsets.
+HDR_MAGIC = 0
+HDR_VERSION = 8
+HDR_FLAGS = 12
+HDR_REGION_SIZE = 16
+HDR_RING0_OFF = 24
+HDR_RING1_OFF = 32
+HDR_RING_BYTES = 40
+HDR_SPIN_NS = 44
+HDR_ARENA0_OFF = 48
+HDR_ARENA1_OFF = 56
+HDR_ARENA_MAX = 64
+HDR_ARENA_DEFAULT = 72
+HDR_ARENA_GROWTH = 80
+HEADER_SIZE = 0x100
+
+# Control block words, each on its own cache line.
+CTL_DEAD = 0x100
+CTL_STUB_PID = 0x140
+CTL_SUP_HEARTBEAT = 0x180
+CTL_STUB_HEARTBEAT = 0x1C0
+CTL_ARENA0_USAGE = 0x200
+CTL_ARENA1_USAGE = 0x240
+
+# Rings.
+RING0_OFF = 0x1000
+RING_INDEX_BYTES = 0x100
+RING_TAIL = 0
+RING_HEAD = 64
+RING_READER_SLEEPING = 128
+RING_WRITER_SLEEPING = 192
+WRAP_MARKER = 0xFFFFFFFF
+FRAME_ALIGN = 8
+FRAME_HEADER_BYTES = 4
+MIN_RING_BYTES = 4096
+MAX_RING_BYTES = 1 << 30
+MAX_SPIN_NS = 10_000_000
+
+# Arenas.
+PAGE_SIZE = 4096
+BLOCK_ALIGN = 64
+MAX_SETTING_FLAG = "--shm-max-byte-size"
+
+# Message kinds (ipc/messages.go has the array shapes).
+KIND_INITIALIZE = 1
+KIND_EXECUTE = 2
+KIND_FINALIZE = 3
+KIND_RELEASE = 4
+KIND_CANCEL = 5
+KIND_IS_READY = 6
+KIND_AUTO_COMPLETE = 7
+KIND_INFER_RESULT = 8
+KIND_HELLO = 64
+KIND_RESULT = 65
+KIND_RESPONSE = 66
+KIND_EXECUTE_DONE = 67
+KIND_LOG = 68
+KIND_INFER_EXEC = 69
+KIND_FREE = 70
+
+LOC_ARENA0 = 0
+LOC_ARENA1 = 1
+LOC_NONE = 2
+
+FLAG_FINAL = 1
+
+WAIT_SLICE = 0.020  # seconds; a blocked call re-checks death this often
+
+
+class PeerDead(Exception):
+    """The supervisor is gone (dead word set, or this process was reparented)."""
+
+
+class PoolExhausted(Exception):
+    """An allocation does not fit under the arena's maximum size."""
+
+
+class ProtocolError(Exception):
+    """The region or a frame breaks the protocol."""
+
+
+def constants():
+    """Every wire constant by name, for the Go drift test."""
+    return {k: v for k, v in globals().items()
+            if k.isupper() and isinstance(v, int) and not k.startswith("_")}
+
+
+# --- native helpers ---------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.syscall.restype = ctypes.c_long
+_libc.syscall.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32,
+                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32]
+
+_MACHINE = platform.machine()
+_SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}.get(_MACHINE)
+if _SYS_FUTEX is None:
+    raise ImportError("stubvisor.ipc: no futex syscall number for " + _MACHINE)
+_FUTEX_WAIT = 0  # shared (not private): the words live in a shared mapping
+_FUTEX_WAKE = 1
+
+_PROT_READ_WRITE = 0x1 | 0x2
+_MAP_SHARED = 0x01
+_MAP_NORESERVE = 0x4000
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+_atomic = ctypes.CDLL("libatomic.so.1")
+_SEQ_CST = 5
+_atomic.__atomic_exchange_4.restype = ctypes.c_uint32
+_atomic.__atomic_exchange_4.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int]
+_atomic.__atomic_exchange_8.restype = ctypes.c_uint64
+_atomic.__atomic_exchange_8.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
+_atomic.__atomic_load_8.restype = ctypes.c_uint64
+_atomic.__atomic_load_8.argtypes = [ctypes.c_void_p, ctypes.c_int]
+_atomic.__atomic_load_4.restype = ctypes.c_uint32
+_atomic.__atomic_load_4.argtypes = [ctypes.c_void_p, ctypes.c_int]
+_atomic.__atomic_fetch_add_8.restype = ctypes.c_uint64
+_atomic.__atomic_fetch_add_8.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
+_xchg4 = _atomic.__atomic_exchange_4
+_xchg8 = _atomic.__atomic_exchange_8
+
+_memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
+_memory_view.restype = ctypes.py_object
+_memory_view.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+_PYBUF_WRITE = 0x200
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _futex_wait(addr, val, seconds):
+    ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
+    _libc.syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, val & 0xFFFFFFFF, ctypes.addressof(ts), None, 0)
+
+
+def _futex_wake(addr):
+    _libc.syscall(_SYS_FUTEX, addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
+
+
+def _loader64(addr):
+    """A fast acquire-load of the u64 at addr. x86-64 orders plain loads
+    (TSO), so a ctypes read suffices there; elsewhere libatomic does it."""
+    if _MACHINE in ("x86_64", "amd64"):
+        word = ctypes.c_uint64.from_address(addr)
+        return lambda: word.value
+    load = _atomic.__atomic_load_8
+    return lambda: load(addr, _SEQ_CST)
+
+
+def _loader32(addr):
+    if _MACHINE in ("x86_64", "amd64"):
+        word = ctypes.c_uint32.from_address(addr)
+        return lambda: word.value
+    load = _atomic.__atomic_load_4
+    return lambda: load(addr, _SEQ_CST)
+
+
+def _page_up(n):
+    return (n + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1)
+
+
+def _round_up(n, to):
+    return (n + to - 1) // to * to
+
+
+def format_bytes(n):
+    """Render a byte count as the Go side does (shmpool.FormatBytes)."""
+    if n >= 1 << 30 and n % (1 << 30) == 0:
+        return "%d GiB" % (n >> 30)
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return "%d MiB" % (n >> 20)
+    if n >= 1 << 20:
+        return "%.1f MiB" % (n / (1 << 20))
+    if n >= 1 << 10 and n % (1 << 10) == 0:
+        return "%d KiB" % (n >> 10)
+    return "%d bytes" % n
+
+
+def layout(ring_bytes, spin_ns, arena_max, arena_default, arena_growth):
+    """The header fields the Go side lays out for these settings (already
+    page-rounded sizes), as a dict keyed like the HDR_ names."""
+    ring0 = RING0_OFF
+    ring1 = _page_up(ring0 + RING_INDEX_BYTES + ring_bytes)
+    arena0 = _page_up(ring1 + RING_INDEX_BYTES + ring_bytes)
+    arena1 = arena0 + arena_max
+    return {
+        "region_size": arena1 + arena_max, "ring0_off": ring0, "ring1_off": ring1,
+        "ring_bytes": ring_bytes, "spin_ns": spin_ns, "arena0_off": arena0,
+        "arena1_off": arena1, "arena_max": arena_max, "arena_default": arena_default,
+        "arena_growth": arena_growth,
+    }
+
+
+_HDR = struct.Struct("<QIIQQQIIQQQQQ")  # magic .. arena_growth, offsets 0..88
+_HDR_FIELDS = ("magic", "version", "flags", "region_size", "ring0_off", "ring1_off",
+               "ring_bytes", "spin_ns", "arena0_off", "arena1_off", "arena_max",
+               "arena_default", "arena_growth")
+
+
+def _check_header(raw):
+    if len(raw) < HEADER_SIZE:
+        raise ProtocolError("stubvisor.ipc: header of %d bytes: not a stubvisor region" % len(raw))
+    h = dict(zip(_HDR_FIELDS, _HDR.unpack_from(raw, 0)))
+    if h["magic"] != MAGIC:
+        raise ProtocolError("stubvisor.ipc: magic %#x: not a stubvisor region" % h["magic"])
+    if h["version"] != PROTOCOL_VERSION:
+        raise ProtocolError("stubvisor.ipc: protocol version %d, this side speaks %d"
+                            % (h["version"], PROTOCOL_VERSION))
+    rb = h["ring_bytes"]
+    if rb < MIN_RING_BYTES or rb > MAX_RING_BYTES or rb & (rb - 1):
+        raise ProtocolError("stubvisor.ipc: ring size %d is not a power of two in range" % rb)
+    if h["spin_ns"] > MAX_SPIN_NS:
+        raise ProtocolError("stubvisor.ipc: spin of %d ns out of range" % h["spin_ns"])
+    amax, adef, agrow = h["arena_max"], h["arena_default"], h["arena_growth"]
+    if (amax == 0 or amax % PAGE_SIZE or adef % PAGE_SIZE or adef > amax or agrow == 0
+            or agrow % PAGE_SIZE or amax > 1 << 46 or agrow > 1 << 46):
+        raise ProtocolError("stubvisor.ipc: arena sizes max=%d default=%d growth=%d out of range"
+                            % (amax, adef, agrow))
+    want = layout(rb, h["spin_ns"], amax, adef, agrow)
+    for k, v in want.items():
+        if h[k] != v:
+            raise ProtocolError("stubvisor.ipc: header %s=%d, expected %d: not a layout this "
+                                "version knows" % (k, h[k], v))
+    return h
+
+
+def _write_header(buf, lay):
+    _HDR.pack_into(buf, 0, MAGIC, PROTOCOL_VERSION, 0, lay["region_size"], lay["ring0_off"],
+                   lay["ring1_off"], lay["ring_bytes"], lay["spin_ns"], lay["arena0_off"],
+                   lay["arena1_off"], lay["arena_max"], lay["arena_default"], lay["arena_growth"])
+
+
+def _fallocate(fd, off, n):
+    while True:
+        try:
+            os.posix_fallocate(fd, off, n)
+            return
+        except InterruptedError:
+            continue
+
+
+class _Ring:
+    """One direction of the wire as seen from one side."""
+
+    def __init__(self, base, mv, off, size):
+        idx = base + off
+        self.tail_addr = idx + RING_TAIL
+        self.head_addr = idx + RING_HEAD
+        self.reader_sleeping_addr = idx + RING_READER_SLEEPING
+        self.writer_sleeping_addr = idx + RING_WRITER_SLEEPING
+        self.load_tail = _loader64(self.tail_addr)
+        self.load_head = _loader64(self.head_addr)
+        self.reader_sleeping = _loader32(self.reader_sleeping_addr)
+        self.writer_sleeping = _loader32(self.writer_sleeping_addr)
+        self.data_off = off + RING_INDEX_BYTES
+        self.size = size
+        self.mask = size - 1
+        self.max_frame = size // 2 - FRAME_HEADER_BYTES
+
+    def depth(self):
+        return self.load_tail() - self.load_head()
+
+
+class _Arena:
+    """The owner's allocator for one arena: address-ordered first fit with
+    coalescing, 64-byte blocks, bookkeeping in this process only (the same
+    policy as Go's shmpool.Arena). Growth is posix_fallocate on the region
+    file, which never shrinks it."""
+
+    def __init__(self, fd, base, arena_max, default, growth, usage_addr):
+        self._fd = fd
+        self.base = base
+        self.max = arena_max
+        self.growth = growth
+        self._offs = [0]          # free extents, sorted by offset
+        self._sizes = [arena_max]
+        self._used = {}
+        self.in_use = 0
+        self.high_water = 0
+        self.committed = 0
+        self._words = [ctypes.c_uint64.from_address(usage_addr + 8 * i) for i in range(3)]
+        self._lock = threading.Lock()
+        if default:
+            _fallocate(fd, base, default)
+        self.committed = default
+        self._publish()
+
+    def _publish(self):
+        self._words[0].value = self.committed
+        self._words[1].value = self.in_use
+        self._words[2].value = self.high_water
+
+    def _exhausted(self, n):
+        return PoolExhausted(
+            "shmpool: allocate %s: pool maximum of %s reached, %s in use (raise %s): pool exhausted"
+            % (format_bytes(n), format_bytes(self.max), format_bytes(self.in_use), MAX_SETTING_FLAG))
+
+    def alloc(self, n):
+        if n < 0:
+            raise ValueError("stubvisor.ipc: alloc of %d bytes" % n)
+        size = _round_up(max(n, 1), BLOCK_ALIGN)
+        with self._lock:
+            if size > self.max:
+                raise self._exhausted(n)
+            sizes = self._sizes
+            for i in range(len(sizes)):
+                if sizes[i] >= size:
+                    break
+            else:
+                raise self._exhausted(n)
+            off = self._offs[i]
+            end = off + size
+            if end > self.committed:
+                grown = min(max(self.committed + self.growth, _page_up(end)), self.max)
+                try:
+                    _fallocate(self._fd, self.base + self.committed, grown - self.committed)
+                except OSError as e:
+                    raise PoolExhausted("shmpool: allocate %s: grow region to %s: %s"
+                                        % (format_bytes(n), format_bytes(self.base + grown), e)) from e
+                self.committed = grown
+            if sizes[i] == size:
+                del self._offs[i]
+                del sizes[i]
+            else:
+                self._offs[i] += size
+                sizes[i] -= size
+            self._used[off] = size
+            self.in_use += size
+            if self.in_use > self.high_water:
+                self.high_water = self.in_use
+            self._publish()
+            return off
+
+    def free(self, off):
+        with self._lock:
+            size = self._used.pop(off, None)
+            if size is None:
+                raise ValueError("shmpool: free offset %d: no block allocated at this offset" % off)
+            self.in_use -= size
+            offs, sizes = self._offs, self._sizes
+            i = bisect.bisect_right(offs, off)
+            merge_prev = i > 0 and offs[i - 1] + sizes[i - 1] == off
+            merge_next = i < len(offs) and off + size == offs[i]
+            if merge_prev and merge_next:
+                sizes[i - 1] += size + sizes[i]
+                del offs[i]
+                del sizes[i]
+            elif merge_prev:
+                sizes[i - 1] += size
+            elif merge_next:
+                offs[i] = off
+                sizes[i] += size
+            else:
+                offs.insert(i, off)
+                sizes.insert(i, size)
+            self._publish()
+
+    def usage(self):
+        return {"committed": self.committed, "in_use": self.in_use,
+                "high_water": self.high_water, "max": self.max}
+
+
+class Channel:
+    """One side of a region. Use Channel.attach(fd) in a stub."""
+
+    def __init__(self, fd, side, header):
+        # side 1 is the stub; side 0 (the supervisor) exists here only so
+        # tests can drive a stub without Go.
+        self._fd = fd
+        self._side = side
+        self._closed = False
+        self.header = header
+        self.region_size = header["region_size"]
+        self.spin_ns = header["spin_ns"]
+        addr = _libc.mmap(None, self.region_size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_NORESERVE, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            err = ctypes.get_errno()
+            raise OSError(err, "stubvisor.ipc: map %s: %s" % (format_bytes(self.region_size), os.strerror(err)))
+        self._addr = addr
+        self._mv = _memory_view(addr, self.region_size, _PYBUF_WRITE)
+        self._dead = ctypes.c_uint32.from_address(addr + CTL_DEAD)
+        self._stub_pid = ctypes.c_uint32.from_address(addr + CTL_STUB_PID)
+        rings = (_Ring(addr, self._mv, header["ring0_off"], header["ring_bytes"]),
+                 _Ring(addr, self._mv, header["ring1_off"], header["ring_bytes"]))
+        arenas = (header["arena0_off"], header["arena1_off"])
+        usage = (CTL_ARENA0_USAGE, CTL_ARENA1_USAGE)
+        beats = (CTL_SUP_HEARTBEAT, CTL_STUB_HEARTBEAT)
+        self._out, self._in = rings[side], rings[1 - side]
+        self._own_loc, self._peer_loc = side, 1 - side
+        self._own_beat_addr = addr + beats[side]
+        self._peer_beat = ctypes.c_uint64.from_address(addr + beats[1 - side])
+        self._peer_arena = arenas[1 - side]
+        self._peer_committed = _loader64(addr + usage[1 - side])
+        self._peer_usage_addr = addr + usage[1 - side]
+        self._send_lock = threading.Lock()
+        self._recv_lock = threading.Lock()
+        self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+        self._ppid = os.getppid()
+        try:
+            self._arena = _Arena(fd, arenas[side], header["arena_max"], header["arena_default"],
+                                 header["arena_growth"], addr + usage[side])
+        except BaseException:
+            self._unmap()
+            raise
+
+    # --- life cycle ---------------------------------------------------------
+
+    @classmethod
+    def attach(cls, fd=3):
+        """Attach to the region on fd (inherited from the supervisor): check
+        magic and version, record this pid as the stub, commit arena 1.
+        The Channel owns fd from now on."""
+        try:
+            h = _check_header(os.pread(fd, HEADER_SIZE, 0))
+            if os.fstat(fd).st_size < h["arena0_off"]:
+                raise ProtocolError("stubvisor.ipc: region file does not back its rings")
+            ch = cls(fd, 1, h)
+        except BaseException:
+            os.close(fd)
+            raise
+        ch._stub_pid.value = os.getpid()
+        return ch
+
+    @classmethod
+    def _create(cls, ring_bytes=1 << 20, spin_ns=50_000, arena_max=1 << 30,
+                arena_default=1 << 20, arena_growth=1 << 20):
+        """A new region on the supervisor side (tests only; the real
+        supervisor is Go). Returns the Channel; its fd is ch.fd."""
+        lay = layout(ring_bytes, spin_ns, arena_max, arena_default, arena_growth)
+        fd = os.memfd_create("stubvisor-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            _fallocate(fd, 0, lay["arena0_off"])
+            hdr = bytearray(HEADER_SIZE)
+            _write_header(hdr, lay)
+            os.pwrite(fd, bytes(hdr), 0)
+            return cls(fd, 0, _check_header(bytes(hdr)))
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @property
+    def fd(self):
+        return self._fd
+
+    def close(self):
+        """Unmap the region and close the fd (idempotent). Views from
+        view() and alloc() must not be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._side == 0:
+            self._dead.value = 1
+            self._wake_all()
+        # Take both locks so no send/recv is inside the mapping; their
+        # waits notice _closed within one slice.
+        with self._send_lock, self._recv_lock:
+            self._unmap()
+
+    def _unmap(self):
+        try:
+            self._mv.release()
+        except BufferError:
+            pass  # a caller still holds a buffer export; the mapping goes anyway
+        _libc.munmap(self._addr, self.region_size)
+        os.close(self._fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- liveness -----------------------------------------------------------
+
+    def _check_alive(self):
+        if self._closed:
+            raise PeerDead("stubvisor.ipc: channel closed")
+        if self._dead.value:
+            raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
+        if self._side == 1:
+            ppid = os.getppid()
+            if ppid != self._ppid:
+                raise PeerDead("stubvisor.ipc: supervisor exited (parent pid %d is now %d)"
+                               % (self._ppid, ppid))
+
+    def peer_dead(self):
+        """True once send/recv would raise PeerDead."""
+        try:
+            self._check_alive()
+        except PeerDead:
+            return True
+        return False
+
+    def mark_dead(self):
+        """Set the dead word and wake every waiter (the supervisor's reaper;
+        tests use it to play that role)."""
+        self._dead.value = 1
+        self._wake_all()
+
+    def _wake_all(self):
+        for r in (self._out, self._in):
+            _futex_wake(r.tail_addr)
+            _futex_wake(r.head_addr)
+
+    def beat(self):
+        """Increment this side's heartbeat word (the stub does it every 100 ms)."""
+        _atomic.__atomic_fetch_add_8(self._own_beat_addr, 1, _SEQ_CST)
+
+    def peer_heartbeat(self):
+        return self._peer_beat.value
+
+    # --- waiting --------------------------------------------------------------
+
+    def _wait_change(self, load, old, futex_addr, flag_addr, deadline):
+        """Wait until load() != old: poll for spin_ns, then sleep on the
+        futex in bounded slices after announcing the sleep in the flag (the
+        producer wakes us only when the flag is set). Returns False when the
+        deadline (a time.monotonic() value, or None) passes first."""
+        spin = self.spin_ns
+        if spin:
+            now = time.perf_counter_ns
+            end = now() + spin
+            if deadline is not None:
+                end = min(end, now() + int((deadline - time.monotonic()) * 1e9))
+            dead = self._dead
+            while True:
+                for _ in range(8):
+                    if load() != old:
+                        return True
+                if dead.value or self._closed or now() >= end:
+                    break
+        while True:
+            self._check_alive()
+            wait = WAIT_SLICE
+            if deadline is not None:
+                rem = deadline - time.monotonic()
+                if rem <= 0:
+                    return load() != old
+                wait = min(wait, rem)
+            _xchg4(flag_addr, 1, _SEQ_CST)
+            if load() != old:
+                _xchg4(flag_addr, 0, _SEQ_CST)
+                return True
+            _futex_wait(futex_addr, old, wait)
+            _xchg4(flag_addr, 0, _SEQ_CST)
+            if load() != old:
+                return True
+
+    # --- messages -------------------------------------------------------------
+
+    def send(self, msg):
+        """Encode msg (a list: [kind, id, ...]) and queue it for the
+        supervisor. Blocks while the ring is full; raises PeerDead."""
+        with self._send_lock:
+            self._check_open()
+            if self._dead.value:
+                raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
+            self._push(self._packer.pack(msg))
+
+    def _check_open(self):
+        if self._closed:
+            raise PeerDead("stubvisor.ipc: channel closed")
+
+    def _push(self, data):
+        r = self._out
+        n = len(data)
+        if n > r.max_frame:
+            raise ValueError("stubvisor.ipc: %d-byte message, the ring takes %d: frame too large"
+                             % (n, r.max_frame))
+        need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+        tail = r.load_tail()
+        pos = tail & r.mask
+        room = r.size - pos
+        total = need if room >= need else room + need
+        while True:
+            head = r.load_head()
+            used = tail - head
+            if used < 0 or used > r.size:
+                raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
+            if r.size - used >= total:
+                break
+            self._wait_change(r.load_head, head, r.head_addr, r.writer_sleeping_addr, None)
+        mv = self._mv
+        base = r.data_off
+        if room < need:
+            struct.pack_into("<I", mv, base + pos, WRAP_MARKER)
+            tail += room
+            pos = 0
+        start = base + pos
+        struct.pack_into("<I", mv, start, n)
+        mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
+        # A full-fence store: the reader either sees the new tail before it
+        # sleeps, or we see its flag below and wake it.
+        _xchg8(r.tail_addr, tail + need, _SEQ_CST)
+        if r.reader_sleeping():
+            _futex_wake(r.tail_addr)
+
+    def recv(self, timeout=None):
+        """The next message from the supervisor as a list, or None when
+        timeout seconds pass first (None waits without limit). Raises
+        PeerDead when the supervisor is gone, ProtocolError on a bad frame
+        (which is consumed)."""
+        with self._recv_lock:
+            self._check_open()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            r = self._in
+            head = r.load_head()
+            mv = self._mv
+            base = r.data_off
+            while True:
+                tail = r.load_tail()
+                if tail == head:
+                    if not self._wait_change(r.load_tail, tail, r.tail_addr,
+                                             r.reader_sleeping_addr, deadline):
+                        return None
+                    continue
+                avail = tail - head
+                if avail < 0 or avail > r.size:
+                    raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
+                pos = head & r.mask
+                (n,) = struct.unpack_from("<I", mv, base + pos)
+                if n == WRAP_MARKER:
+                    skip = r.size - pos
+                    if skip > avail:
+                        raise ProtocolError("stubvisor.ipc: wrap marker with %d bytes queued" % avail)
+                    head += skip
+                    self._consumed(r, head)
+                    continue
+                need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+                if n > r.max_frame or pos + FRAME_HEADER_BYTES + n > r.size or need > avail:
+                    raise ProtocolError("stubvisor.ipc: frame of %d bytes with %d queued" % (n, avail))
+                start = base + pos + FRAME_HEADER_BYTES
+                try:
+                    msg = msgpack.unpackb(mv[start:start + n], raw=False, strict_map_key=False)
+                except Exception as e:
+                    raise ProtocolError("stubvisor.ipc: undecodable frame: %s" % e) from e
+                finally:
+                    self._consumed(r, head + need)
+                if not isinstance(msg, list) or len(msg) < 2:
+                    raise ProtocolError("stubvisor.ipc: frame is not a message array")
+                return msg
+
+    def _consumed(self, r, head):
+        _xchg8(r.head_addr, head, _SEQ_CST)
+        if r.writer_sleeping():
+            _futex_wake(r.head_addr)
+
+    # --- memory ---------------------------------------------------------------
+
+    def alloc(self, size):
+        """Reserve size bytes in this side's arena and return the offset
+        (relative to the arena, as tensor descriptors carry it). Raises
+        PoolExhausted, whose message names the limit and the setting."""
+        self._check_open()
+        return self._arena.alloc(size)
+
+    def free(self, offset):
+        """Return a block of this side's arena (on a Release message)."""
+        self._check_open()
+        self._arena.free(offset)
+
+    def view(self, loc, offset, size):
+        """A writable memoryview of size bytes at offset in arena loc,
+        checked against the arena's maximum, its committed size and the
+        region file. Raises ValueError for a range outside them."""
+        self._check_open()
+        if loc == self._own_loc:
+            base, committed = self.header["arena0_off" if loc == 0 else "arena1_off"], self._arena.committed
+        elif loc == self._peer_loc:
+            base, committed = self._peer_arena, self._peer_committed()
+        elif loc == LOC_NONE and size == 0:
+            return self._mv[0:0]
+        else:
+            raise ValueError("stubvisor.ipc: view of location %r with %r bytes" % (loc, size))
+        if offset < 0 or size < 0:
+            raise ValueError("stubvisor.ipc: view [%d, +%d): negative" % (offset, size))
+        end = offset + size
+        if end > self.header["arena_max"]:
+            raise ValueError("stubvisor.ipc: view [%d, +%d) past the arena maximum of %s"
+                             % (offset, size, format_bytes(self.header["arena_max"])))
+        if end > committed:
+            raise ValueError("stubvisor.ipc: view [%d, +%d) past the arena's %s committed"
+                             % (offset, size, format_bytes(committed)))
+        if base + end > self._file_size(base + end):
+            raise ValueError("stubvisor.ipc: view [%d, +%d) past the region file" % (offset, size))
+        return self._mv[base + offset:base + end]
+
+    _known_size = 0
+
+    def _file_size(self, need):
+        if need > self._known_size:
+            self._known_size = os.fstat(self._fd).st_size
+        return self._known_size
+
+    def usage(self):
+        """(own, peer) arena figures: dicts of committed, in_use,
+        high_water, max."""
+        w = [ctypes.c_uint64.from_address(self._peer_usage_addr + 8 * i).value for i in range(3)]
+        peer = {"committed": w[0], "in_use": w[1], "high_water": w[2], "max": self.header["arena_max"]}
+        return self._arena.usage(), peer
+
+    def depths(self):
+        """Bytes queued on the outgoing and incoming rings."""
+        return self._out.depth(), self._in.depth()
