@@ -84,3 +84,9 @@ func MessageOf(err error) string {
 	}
 	return err.Error()
 }
+
+// ErrDecoupled is returned by Backend.Infer for a model that uses the
+// decoupled transaction policy: such a model may send any number of
+// responses, so it is served only by streaming endpoints. Front ends
+// replace the text with their own (Triton's HTTP and gRPC texts differ).
+var ErrDecoupled error = &Error{Code: Unsupported, Msg: "model uses the decoupled transaction policy; use a streaming endpoint"}
