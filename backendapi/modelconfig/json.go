@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -43,10 +45,50 @@ func FromJSON(data []byte) (*inferencepb.ModelConfig, error) {
 		if m[1] != "" {
 			return nil, newError(ErrParse, backendapi.InvalidArg, "%s:%s: syntax error: %s", jsonSource, m[2], m[4])
 		}
-		return nil, newError(ErrParse, backendapi.InvalidArg, "%s:%s: %s", jsonSource, m[2], m[4])
+		return nil, newError(ErrParse, backendapi.InvalidArg, "%s:%s: %s", jsonSource, m[2], protoFieldNames(m[4]))
 	}
 	return cfg, nil
 }
+
+// jsonFieldRef matches the field protojson names in its messages
+// ("invalid value for enum field dataType: ...").
+var jsonFieldRef = regexp.MustCompile(`(field )([A-Za-z0-9_]+)`)
+
+// protoFieldNames rewrites the lowerCamel JSON field names in a protojson
+// message to the proto names ("data_type") that configs and Triton use.
+func protoFieldNames(msg string) string {
+	return jsonFieldRef.ReplaceAllStringFunc(msg, func(ref string) string {
+		name := strings.TrimPrefix(ref, "field ")
+		if proto, ok := jsonToProtoName()[name]; ok {
+			return "field " + proto
+		}
+		return ref
+	})
+}
+
+// jsonToProtoName maps every JSON field name of ModelConfig and the
+// messages it contains to its proto name.
+var jsonToProtoName = sync.OnceValue(func() map[string]string {
+	names := map[string]string{}
+	seen := map[protoreflect.FullName]bool{}
+	var walk func(md protoreflect.MessageDescriptor)
+	walk = func(md protoreflect.MessageDescriptor) {
+		if seen[md.FullName()] {
+			return
+		}
+		seen[md.FullName()] = true
+		fields := md.Fields()
+		for i := 0; i < fields.Len(); i++ {
+			fd := fields.Get(i)
+			names[fd.JSONName()] = string(fd.Name())
+			if fd.Message() != nil {
+				walk(fd.Message())
+			}
+		}
+	}
+	walk((&inferencepb.ModelConfig{}).ProtoReflect().Descriptor())
+	return names
+})
 
 // checkJSON walks a config JSON document along the message descriptors. It
 // rejects unknown fields (naming the message, which protojson's error does

@@ -73,7 +73,7 @@ func WithGPUs(ids ...int) Option {
 // backend model, so that the config reported to clients and handed to the
 // model looks like Triton's:
 //
-//   - name: the base name of modelDir when unset;
+//   - name: the base name of modelDir when unset (and modelDir is not "");
 //   - backend: KindPython when neither backend nor platform is set;
 //   - default_model_filename: "model.py" (Python) or "model" (Go);
 //   - version_policy: latest { num_versions: 1 } when unset;
@@ -95,7 +95,7 @@ func Normalize(cfg *inferencepb.ModelConfig, modelDir string, opts ...Option) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if cfg.Name == "" {
+	if cfg.Name == "" && modelDir != "" {
 		cfg.Name = filepath.Base(filepath.Clean(modelDir))
 	}
 	if cfg.Backend == "" && cfg.Platform == "" {
