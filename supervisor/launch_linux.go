@@ -1,0 +1,54 @@
+package supervisor
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+)
+
+// launcher starts every stub process from one goroutine locked to its OS
+// thread for the life of the supervisor.
+//
+// NOTE: Linux delivers Pdeathsig when the *thread* that forked the child
+// exits, not the process. A Go goroutine may run on any thread and the
+// runtime may retire a thread whose locked goroutine returns, so stubs are
+// forked from a thread that never goes away. With Pdeathsig=SIGKILL a stub
+// dies with the supervisor however the supervisor dies (SIGKILL included);
+// the stub's own getppid check is the second line of defence.
+type launcher struct {
+	reqs chan launchReq
+}
+
+type launchReq struct {
+	cmd  *exec.Cmd
+	errc chan error
+}
+
+func newLauncher() *launcher {
+	l := &launcher{reqs: make(chan launchReq)}
+	go func() {
+		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+		for r := range l.reqs {
+			r.errc <- r.cmd.Start()
+		}
+	}()
+	return l
+}
+
+// start starts cmd in its own process group (so a terminal's Ctrl-C reaches
+// only the supervisor, which then stops stubs in order) with Pdeathsig.
+func (l *launcher) start(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	errc := make(chan error, 1)
+	l.reqs <- launchReq{cmd: cmd, errc: errc}
+	return <-errc
+}
+
+// kill sends SIGKILL to a stub. It is safe to call on a process that has
+// already exited.
+func kill(p *os.Process) {
+	if p != nil {
+		_ = p.Signal(syscall.SIGKILL)
+	}
+}

@@ -1,0 +1,319 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+)
+
+// modelVersion is one loaded version of a model: its configuration, its
+// instances and the queue that feeds them.
+type modelVersion struct {
+	sup        *Supervisor
+	name       string
+	version    int64
+	dir        string // the model directory
+	cfg        *inferencepb.ModelConfig
+	configJSON string
+	kind       string // modelconfig.KindPython or KindGo
+	// modelFile is model.py (Python) or the model binary (Go).
+	modelFile      string
+	interpreter    string // Python models: the interpreter that runs the stub
+	decoupled      bool
+	forceCPUInputs bool
+	executeTimeout time.Duration
+	sig            *signature
+
+	// queue holds batches any instance may take.
+	queue     chan *batch
+	scheduler scheduler
+	instances []*instance
+	stats     stats
+
+	mu      sync.RWMutex
+	closing bool
+	active  sync.WaitGroup // requests between enqueue and their end
+}
+
+// scheduler turns requests into batches on mv.queue or an instance's
+// direct queue. The default hands each request to its own execute, as
+// Triton's default scheduler does.
+type scheduler interface {
+	enqueue(pr *pending) error
+	stop()
+}
+
+// newModelVersion prepares a version from a normalized, validated config.
+func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, version int64) (*modelVersion, error) {
+	js, err := modelconfig.ToJSON(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", cfg.GetName(), err)
+	}
+	mv := &modelVersion{
+		sup: s, name: cfg.GetName(), version: version, dir: dir, cfg: cfg,
+		configJSON: string(js),
+		kind:       modelconfig.Kind(cfg),
+		decoupled:  cfg.GetModelTransactionPolicy().GetDecoupled(),
+		sig:        newSignature(cfg),
+		queue:      make(chan *batch, 1024),
+	}
+	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
+	if v, ok := modelconfig.Parameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS"); !ok || strings.EqualFold(v, "yes") {
+		mv.forceCPUInputs = true
+	}
+	if v, ok := modelconfig.Parameter(cfg, "EXECUTE_TIMEOUT_MS"); ok && v != "" {
+		ms, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s': parameter EXECUTE_TIMEOUT_MS must be a whole number of milliseconds, got %q", mv.name, v)
+		}
+		mv.executeTimeout = time.Duration(ms) * time.Millisecond
+	}
+	switch mv.kind {
+	case modelconfig.KindPython:
+		mv.interpreter, err = s.interpreterFor(cfg, dir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(mv.modelFile); err != nil {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s' version %d: %v", mv.name, version, err)
+		}
+	case modelconfig.KindGo:
+		mv.modelFile, err = s.goModelBinary(mv)
+		if err != nil {
+			return nil, err
+		}
+	default:
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s': backend '%s' is not supported (use \"python\" or \"go\")", mv.name, mv.kind)
+	}
+	mv.scheduler, err = newScheduler(mv)
+	if err != nil {
+		return nil, err
+	}
+	for g, group := range cfg.GetInstanceGroup() {
+		for i := range int(group.GetCount()) {
+			kind := strings.TrimPrefix(group.GetKind().String(), "KIND_")
+			device := 0
+			if gpus := group.GetGpus(); len(gpus) > 0 {
+				device = int(gpus[i%len(gpus)])
+			}
+			_ = g
+			mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), i), kind, device))
+		}
+	}
+	return mv, nil
+}
+
+// start launches every instance in parallel; it fails if any fails, and
+// then stops the others.
+func (mv *modelVersion) start() error {
+	errs := make([]error, len(mv.instances))
+	var wg sync.WaitGroup
+	for i, inst := range mv.instances {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = inst.start()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			mv.stop(mv.sup.opts.FinalizeTimeout)
+			return err
+		}
+	}
+	return nil
+}
+
+// stop refuses new requests, lets queued and running ones finish (bounded
+// by timeout), then finalizes and stops every instance.
+func (mv *modelVersion) stop(timeout time.Duration) {
+	mv.mu.Lock()
+	already := mv.closing
+	mv.closing = true
+	mv.mu.Unlock()
+	if already {
+		return
+	}
+	drained := make(chan struct{})
+	go func() { mv.active.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(timeout):
+		mv.sup.log.Warn("requests still running at unload; they will fail", "model", mv.name, "timeout", timeout)
+	}
+	mv.scheduler.stop()
+	var wg sync.WaitGroup
+	for _, inst := range mv.instances {
+		wg.Add(1)
+		go func() { defer wg.Done(); inst.stop(mv.sup.opts.FinalizeTimeout) }()
+	}
+	wg.Wait()
+	// Anything still queued has no stub left to run it.
+	for {
+		select {
+		case b := <-mv.queue:
+			for _, pr := range b.items {
+				mv.finish(pr, nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", mv.name), true)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// submit validates a request and queues it.
+func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool)) (*pending, error) {
+	n, err := mv.sig.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	pr := newPending(ctx, req, n)
+	pr.stream = stream
+	mv.mu.RLock()
+	if mv.closing {
+		mv.mu.RUnlock()
+		return nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", mv.name, mv.version)
+	}
+	mv.active.Add(1)
+	mv.mu.RUnlock()
+	if err := mv.scheduler.enqueue(pr); err != nil {
+		mv.active.Done()
+		return nil, err
+	}
+	return pr, nil
+}
+
+// finish records the end of a response and hands it over; a response nobody
+// wants any more (or a streamed one, after its callback) is released.
+func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err error, final bool) {
+	taken, ended := pr.respond(resp, err, final)
+	if !taken {
+		resp.Release()
+	}
+	if ended {
+		now := time.Now()
+		started := pr.started
+		if started.IsZero() {
+			started = now
+		}
+		mv.stats.requestDone(err == nil, pr.batch, now.Sub(pr.queued), started.Sub(pr.queued), now.Sub(started))
+		mv.active.Done()
+	}
+}
+
+// failQueuedIfNoStub fails queued requests when no instance has a live
+// stub, so requests do not wait on a model that cannot start.
+func (mv *modelVersion) failQueuedIfNoStub(cause error) {
+	for _, inst := range mv.instances {
+		if inst.ready() {
+			return
+		}
+	}
+	err := backendapi.Errorf(backendapi.Unavailable, "model '%s' has no running stub: %v", mv.name, cause)
+	for {
+		select {
+		case b := <-mv.queue:
+			for _, pr := range b.items {
+				mv.finish(pr, nil, err, true)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// ready reports whether at least one instance can serve.
+func (mv *modelVersion) ready() bool {
+	for _, inst := range mv.instances {
+		if inst.ready() {
+			return true
+		}
+	}
+	return false
+}
+
+// command builds the stub process for inst.
+func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
+	env := append(os.Environ(), "STUBVISOR_INSTANCE="+inst.name, "STUBVISOR_MODEL="+mv.name)
+	switch mv.kind {
+	case modelconfig.KindPython:
+		pydir, err := mv.sup.pythonDir()
+		if err != nil {
+			return nil, err
+		}
+		path := pydir
+		if old := os.Getenv("PYTHONPATH"); old != "" {
+			path += string(os.PathListSeparator) + old
+		}
+		cmd := exec.Command(mv.interpreter, "-m", "stubvisor")
+		cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
+		return cmd, nil
+	case modelconfig.KindGo:
+		cmd := exec.Command(mv.modelFile)
+		cmd.Env = env
+		return cmd, nil
+	}
+	return nil, fmt.Errorf("command: backend %q", mv.kind)
+}
+
+// diagnose adds a hint to a stub that failed before its handshake.
+func (mv *modelVersion) diagnose() string {
+	if mv.kind != modelconfig.KindPython {
+		return ""
+	}
+	out, err := exec.Command(mv.interpreter, "-c", "import numpy, msgpack").CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("; hint: %s cannot import numpy and msgpack (%s); install python3-numpy and python3-msgpack or pass --python", mv.interpreter, strings.TrimSpace(lastLine(string(out))))
+	}
+	return ""
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// parametersJSON encodes request parameters for the stub.
+func parametersJSON(p map[string]any) string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
+// parseParametersJSON decodes response parameters from the stub, keeping
+// integers as int64.
+func parseParametersJSON(s string) (map[string]any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var raw map[string]any
+	if err := dec.Decode(&raw); err != nil {
+		return nil, err
+	}
+	for k, v := range raw {
+		if n, ok := v.(json.Number); ok {
+			if i, err := n.Int64(); err == nil {
+				raw[k] = i
+			} else if f, err := n.Float64(); err == nil {
+				raw[k] = f
+			}
+		}
+	}
+	return raw, nil
+}

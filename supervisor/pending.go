@@ -1,0 +1,111 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+// pending is one request from the moment it is queued until its final
+// response. Exactly one of complete/fail ends it; both are idempotent.
+type pending struct {
+	ctx      context.Context
+	req      *backendapi.InferRequest
+	batch    int64 // the request's batch size (1 without batching)
+	queued   time.Time
+	started  time.Time // handed to a stub
+
+	// stream receives every response of a streaming request; nil for Infer.
+	stream func(*backendapi.InferResponse, error, bool)
+
+	mu    sync.Mutex
+	ended bool
+	done  chan struct{}
+	resp  *backendapi.InferResponse
+	err   error
+	// abandoned is set when the caller stopped waiting; a response that
+	// arrives later is released at once.
+	abandoned bool
+
+	// Set by the stub process that executes the request.
+	handle   uint64
+	inputs   []uint64 // arena 0 offsets of the inputs
+	execDone bool     // the batch's ExecuteDone arrived
+	final    bool     // the final response arrived
+}
+
+func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
+	return &pending{ctx: ctx, req: req, batch: batch, queued: time.Now(), done: make(chan struct{})}
+}
+
+// respond delivers one response. It reports whether the caller took the
+// response (when not, the caller of respond releases it) and whether this
+// call ended the request (true exactly once per request).
+func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool) (taken, ended bool) {
+	if p.stream == nil && err == nil {
+		// A non-decoupled model answers once: its response is final.
+		final = true
+	}
+	p.mu.Lock()
+	if p.ended {
+		p.mu.Unlock()
+		return false, false
+	}
+	if final {
+		p.ended = true
+	}
+	if p.stream != nil {
+		p.mu.Unlock()
+		p.stream(resp, err, final)
+		if final {
+			close(p.done)
+		}
+		return false, final // streamed responses are only valid during the callback
+	}
+	defer p.mu.Unlock()
+	if !final {
+		return false, false
+	}
+	if p.abandoned {
+		close(p.done)
+		return false, true
+	}
+	p.resp, p.err = resp, err
+	close(p.done)
+	return true, true
+}
+
+// fail ends the request with err unless it already ended.
+func (p *pending) fail(err error) { p.respond(nil, err, true) }
+
+// wait blocks until the request ends or ctx is done.
+func (p *pending) wait() (*backendapi.InferResponse, error) {
+	select {
+	case <-p.done:
+		return p.resp, p.err
+	case <-p.ctx.Done():
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.ended {
+			return p.resp, p.err
+		}
+		p.abandoned = true
+		return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
+	}
+}
+
+// gone reports whether nobody waits for the request any more.
+func (p *pending) gone() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ended || p.abandoned || p.ctx.Err() != nil
+}
+
+// batch is the unit handed to one execute call.
+type batch struct {
+	id    uint64
+	items []*pending
+	sent  time.Time
+}

@@ -1,0 +1,662 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// stubProc is one incarnation of a stub: a process, its region, and the
+// goroutines that serve it. When the process dies — for any reason — the
+// reaper marks the region dead, the receiver fails every request the stub
+// held, and the instance decides whether to start another.
+//
+//	reaper:   cmd.Wait -> cause -> conn.MarkDead -> close(exited)
+//	receiver: conn.Recv loop -> responses, results, logs
+//	dispatch: model queue -> Execute (at most pipelineDepth outstanding)
+//	watchdog: heartbeat age and execute deadline -> SIGKILL
+type stubProc struct {
+	inst *instance
+	log  hclog.Logger
+	conn *ipc.Conn
+	cmd  *exec.Cmd
+	pid  int
+
+	started time.Time
+	exited  chan struct{} // closed once the process is reaped and the region marked dead
+	cause   string        // why it exited; set before exited is closed
+	// killReason, when set, explains a kill the supervisor decided on.
+	killReason atomic.Pointer[string]
+
+	slots chan struct{} // one token per Execute the stub may have queued
+
+	mu       sync.Mutex
+	batches  map[uint64]*batch
+	requests map[uint64]*pending
+	calls    map[uint64]chan *ipc.ResultMsg
+	// execSince is when the stub began the execute it is working on (zero
+	// when idle); the watchdog compares it with the model's execute timeout.
+	execSince time.Time
+	nextID    uint64
+	okExecs   uint64 // executions that completed without a stub error
+
+	// refs counts responses whose outputs still alias the stub's arena; the
+	// region is unmapped only when the process is gone and refs is zero.
+	refs     int
+	failed   bool // failAll ran: no new request may be registered
+	reaped   bool
+	unmapped bool
+}
+
+// pipelineDepth is how many Execute messages a stub may have queued: one
+// running and one waiting, so the stub starts the next batch without a
+// round trip through the supervisor.
+const pipelineDepth = 2
+
+// errStubExited is the sentinel for requests that a dying stub held.
+var errStubExited = errors.New("stub exited")
+
+// spawn starts a stub process for inst and completes the handshake: the
+// stub's Hello, with the protocol version checked, within the start
+// timeout. It returns with the receiver running and nothing initialised.
+func (inst *instance) spawn() (_ *stubProc, retErr error) {
+	sup := inst.mv.sup
+	conn, err := ipc.Create("stubvisor:"+inst.name, sup.opts.IPC)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+	}
+	defer func() {
+		if retErr != nil {
+			conn.MarkDead()
+			_ = conn.Close()
+		}
+	}()
+	cmd, err := inst.mv.command(inst)
+	if err != nil {
+		return nil, err
+	}
+	cmd.ExtraFiles = []*os.File{conn.File()}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = sup.launcher.start(cmd)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, fmt.Errorf("spawn %s: start %s: %w", inst.name, cmd.Path, err)
+	}
+	p := &stubProc{
+		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
+		started: time.Now(), exited: make(chan struct{}),
+		slots:   make(chan struct{}, pipelineDepth),
+		batches: map[uint64]*batch{}, requests: map[uint64]*pending{}, calls: map[uint64]chan *ipc.ResultMsg{},
+	}
+	for range pipelineDepth {
+		p.slots <- struct{}{}
+	}
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() { defer pipes.Done(); forwardLines(outR, inst.log, hclog.Info); outR.Close() }()
+	go func() { defer pipes.Done(); forwardLines(errR, inst.log, hclog.Warn); errR.Close() }()
+	go p.reap(&pipes)
+	defer func() {
+		if retErr != nil {
+			p.kill("handshake failed")
+			<-p.exited
+		}
+	}()
+
+	deadline := time.Now().Add(sup.opts.StubStartTimeout)
+	m, err := conn.Recv(deadline)
+	if err != nil {
+		if errors.Is(err, ipc.ErrPeerDead) {
+			<-p.exited
+			return nil, fmt.Errorf("stub %s exited before the handshake (%s)%s", inst.name, p.cause, inst.mv.diagnose())
+		}
+		return nil, fmt.Errorf("stub %s: no handshake within %s: %w%s", inst.name, sup.opts.StubStartTimeout, err, inst.mv.diagnose())
+	}
+	hello, ok := m.(*ipc.HelloMsg)
+	if !ok {
+		return nil, fmt.Errorf("stub %s: first message is %T, want Hello: %w", inst.name, m, ipc.ErrProtocol)
+	}
+	if hello.Version != ipc.ProtocolVersion {
+		return nil, fmt.Errorf("stub %s speaks protocol %d, the supervisor %d: %w", inst.name, hello.Version, ipc.ProtocolVersion, ipc.ErrVersion)
+	}
+	p.log.Debug("stub attached", "pid", p.pid, "info", hello.Info)
+	go p.receive()
+	go p.watch()
+	return p, nil
+}
+
+// reap waits for the process, records why it ended, and wakes everything
+// that waits on the region.
+func (p *stubProc) reap(pipes *sync.WaitGroup) {
+	err := p.cmd.Wait()
+	cause := "exited"
+	if err != nil {
+		cause = err.Error() // "signal: killed", "exit status 1"
+	}
+	if r := p.killReason.Load(); r != nil {
+		cause = *r + " (" + cause + ")"
+	}
+	p.cause = cause
+	p.conn.MarkDead()
+	close(p.exited)
+	pipes.Wait()
+	p.mu.Lock()
+	p.reaped = true
+	p.mu.Unlock()
+	p.maybeUnmap()
+}
+
+// kill ends the process with SIGKILL, recording why (first reason wins).
+func (p *stubProc) kill(reason string) {
+	p.killReason.CompareAndSwap(nil, &reason)
+	kill(p.cmd.Process)
+}
+
+// alive reports whether the process has not been reaped yet.
+func (p *stubProc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// maybeUnmap closes the region once nothing can touch it any more.
+func (p *stubProc) maybeUnmap() {
+	p.mu.Lock()
+	do := p.reaped && p.refs == 0 && !p.unmapped
+	if do {
+		p.unmapped = true
+	}
+	p.mu.Unlock()
+	if do {
+		_ = p.conn.Close()
+	}
+}
+
+// call sends a request message and waits for its Result, the process's
+// death, or the timeout (0: none beyond death).
+func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration) (*ipc.ResultMsg, error) {
+	ch := make(chan *ipc.ResultMsg, 1)
+	p.mu.Lock()
+	p.nextID++
+	id := p.nextID
+	p.calls[id] = ch
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.calls, id)
+		p.mu.Unlock()
+	}()
+	if err := p.conn.Send(build(id)); err != nil {
+		return nil, p.deathError(err)
+	}
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-p.exited:
+		return nil, p.deathError(errStubExited)
+	case <-timer:
+		return nil, fmt.Errorf("stub %s: no reply within %s", p.inst.name, timeout)
+	}
+}
+
+// deathError turns a transport error into a description of the death.
+func (p *stubProc) deathError(err error) error {
+	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, errStubExited) || errors.Is(err, ipc.ErrClosed) {
+		<-p.exited
+		return fmt.Errorf("stub %s exited: %s: %w", p.inst.name, p.cause, errStubExited)
+	}
+	return err
+}
+
+// failure is the error every request held by a dead stub gets: it names
+// the model, the instance and the cause, and says it is worth retrying.
+func (p *stubProc) failure() error {
+	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The stub is being restarted; retry the request.",
+		p.inst.name, p.inst.mv.name, p.cause)
+}
+
+// receive reads every message the stub sends until the region is dead,
+// then fails what the stub still held.
+func (p *stubProc) receive() {
+	for {
+		m, err := p.conn.Recv(time.Time{})
+		if err != nil {
+			if errors.Is(err, ipc.ErrProtocol) {
+				p.log.Error("stub broke the protocol; killing it", "error", err)
+				p.kill("protocol violation: " + err.Error())
+			}
+			if p.alive() && !errors.Is(err, ipc.ErrProtocol) {
+				p.kill("transport failed: " + err.Error())
+			}
+			<-p.exited
+			p.failAll()
+			return
+		}
+		switch m := m.(type) {
+		case *ipc.ExecuteDoneMsg:
+			p.executeDone(m)
+		case *ipc.ResponseMsg:
+			p.deliver(&m.Response)
+		case *ipc.ResultMsg:
+			p.mu.Lock()
+			ch := p.calls[m.ID]
+			p.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		case *ipc.LogMsg:
+			p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
+		case *ipc.InferExecMsg:
+			go p.inst.mv.sup.bls(p, m)
+		case *ipc.FreeMsg:
+			p.freeOwn(m.Offsets)
+		default:
+			p.log.Warn("unexpected message from stub", "kind", m.Kind())
+		}
+	}
+}
+
+// failAll fails every request the dead stub held.
+func (p *stubProc) failAll() {
+	err := p.failure()
+	p.mu.Lock()
+	reqs := p.requests
+	p.requests = map[uint64]*pending{}
+	p.batches = map[uint64]*batch{}
+	p.failed = true
+	p.mu.Unlock()
+	for _, r := range reqs {
+		p.inst.mv.finish(r, nil, err, true)
+	}
+}
+
+// dispatch feeds the stub from the model's queues while it lives.
+func (p *stubProc) dispatch() {
+	mv := p.inst.mv
+	for {
+		select {
+		case <-p.slots:
+		case <-p.exited:
+			return
+		}
+		var b *batch
+		select {
+		case b = <-p.inst.direct:
+		case b = <-mv.queue:
+		case <-p.exited:
+			return
+		}
+		p.execute(b)
+	}
+}
+
+// execute copies a batch's inputs into the supervisor's arena and sends it.
+func (p *stubProc) execute(b *batch) {
+	mv := p.inst.mv
+	reqs := make([]ipc.Request, 0, len(b.items))
+	live := b.items[:0]
+	now := time.Now()
+	for _, pr := range b.items {
+		if pr.gone() {
+			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
+			continue
+		}
+		r, err := p.prepare(pr)
+		if err != nil {
+			mv.finish(pr, nil, err, true)
+			continue
+		}
+		pr.started = now
+		reqs = append(reqs, r)
+		live = append(live, pr)
+	}
+	if len(live) == 0 {
+		p.slots <- struct{}{}
+		return
+	}
+	b.items = live
+	p.mu.Lock()
+	if p.failed {
+		p.mu.Unlock()
+		for _, pr := range live {
+			p.inst.mv.finish(pr, nil, p.failure(), true)
+		}
+		return
+	}
+	p.nextID++
+	b.id = p.nextID
+	b.sent = now
+	p.batches[b.id] = b
+	for _, pr := range live {
+		p.requests[pr.handle] = pr
+	}
+	if p.execSince.IsZero() {
+		p.execSince = now
+	}
+	p.mu.Unlock()
+	if err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}); err != nil {
+		// The receiver fails the batch once the death is confirmed; a
+		// live stub whose ring refuses us is broken.
+		if p.alive() {
+			p.kill("send failed: " + err.Error())
+		}
+	}
+}
+
+// prepare assigns a handle and copies the request's inputs into the arena.
+func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
+	req := pr.req
+	p.mu.Lock()
+	p.nextID++
+	pr.handle = p.nextID
+	p.mu.Unlock()
+	r := ipc.Request{
+		Handle: pr.handle, ID: req.ID, Flags: req.Flags,
+		Inputs:        make([]ipc.Tensor, 0, len(req.Inputs)),
+		TimeoutMicros: uint64(req.Timeout / time.Microsecond),
+	}
+	if req.CorrelationID.IsText {
+		r.CorrelationID = req.CorrelationID.String
+	} else {
+		r.CorrelationID = req.CorrelationID.Uint
+	}
+	pr.inputs = pr.inputs[:0]
+	for i := range req.Inputs {
+		in := &req.Inputs[i]
+		data, err := p.inst.mv.sup.inputBytes(in)
+		if err != nil {
+			p.freeOwn(pr.inputs)
+			return r, err
+		}
+		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: ipc.LocArena0, Size: uint64(len(data))}
+		if len(data) > 0 {
+			off, buf, err := p.conn.Alloc(uint64(len(data)))
+			if err != nil {
+				p.freeOwn(pr.inputs)
+				return r, backendapi.Errorf(backendapi.Unavailable, "model '%s' instance '%s': no room for input '%s': %v", p.inst.mv.name, p.inst.name, in.Name, err)
+			}
+			copy(buf, data)
+			t.Offset = off
+			pr.inputs = append(pr.inputs, off)
+		}
+		r.Inputs = append(r.Inputs, t)
+	}
+	for _, o := range req.Outputs {
+		r.RequestedOutputs = append(r.RequestedOutputs, o.Name)
+	}
+	if len(req.Parameters) > 0 {
+		r.ParametersJSON = parametersJSON(req.Parameters)
+	} else {
+		r.ParametersJSON = "{}"
+	}
+	return r, nil
+}
+
+// freeOwn frees blocks of the supervisor's arena.
+func (p *stubProc) freeOwn(offs []uint64) {
+	for _, off := range offs {
+		if err := p.conn.Free(off); err != nil && p.alive() {
+			p.log.Warn("free input block", "offset", off, "error", err)
+		}
+	}
+}
+
+// executeDone handles the end of one execute call.
+func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
+	now := time.Now()
+	p.mu.Lock()
+	b := p.batches[m.BatchID]
+	delete(p.batches, m.BatchID)
+	if len(p.batches) == 0 {
+		p.execSince = time.Time{}
+	} else {
+		p.execSince = now
+	}
+	p.mu.Unlock()
+	if b == nil {
+		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
+		return
+	}
+	p.slots <- struct{}{}
+	for i := range m.Responses {
+		p.deliver(&m.Responses[i])
+	}
+	var execErr error
+	if m.Error != nil {
+		execErr = backendapi.Errorf(backendapi.Code(m.Error.Code), "%s", m.Error.Message)
+	} else {
+		p.mu.Lock()
+		p.okExecs++
+		p.mu.Unlock()
+	}
+	p.inst.executions.Add(1)
+	var size int64
+	for _, pr := range b.items {
+		size += pr.batch
+		p.mu.Lock()
+		pr.execDone = true
+		ended := pr.final
+		if ended {
+			delete(p.requests, pr.handle)
+		}
+		p.mu.Unlock()
+		if ended {
+			p.freeOwn(pr.inputs)
+			continue
+		}
+		if execErr != nil || !p.inst.mv.decoupled {
+			err := execErr
+			if err == nil {
+				err = backendapi.Errorf(backendapi.Internal, "model '%s' returned no response for the request", p.inst.mv.name)
+			}
+			p.mu.Lock()
+			delete(p.requests, pr.handle)
+			p.mu.Unlock()
+			p.freeOwn(pr.inputs)
+			p.inst.mv.finish(pr, nil, err, true)
+		}
+	}
+	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
+}
+
+// deliver hands one response to its request.
+func (p *stubProc) deliver(r *ipc.Response) {
+	p.mu.Lock()
+	pr := p.requests[r.Handle]
+	final := r.Flags&ipc.FlagFinal != 0 || !p.inst.mv.decoupled
+	freeInputs := false
+	if pr != nil && final {
+		pr.final = true
+		if pr.execDone {
+			delete(p.requests, r.Handle)
+			freeInputs = true
+		}
+	}
+	p.mu.Unlock()
+	var offs []uint64
+	for _, t := range r.Outputs {
+		if t.Loc == ipc.LocArena1 && t.Size > 0 {
+			offs = append(offs, t.Offset)
+		}
+	}
+	if pr == nil {
+		p.release(offs)
+		return
+	}
+	resp, err := p.response(pr, r, offs)
+	if freeInputs {
+		p.freeOwn(pr.inputs)
+	}
+	p.inst.mv.finish(pr, resp, err, final)
+}
+
+// response builds the front end's view of a stub response: outputs alias
+// the stub's arena until Release.
+func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backendapi.InferResponse, error) {
+	if r.Error != nil {
+		p.release(offs)
+		return nil, backendapi.Errorf(backendapi.Code(r.Error.Code), "%s", r.Error.Message)
+	}
+	mv := p.inst.mv
+	resp := &backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: make([]backendapi.OutputTensor, 0, len(r.Outputs))}
+	if r.ParametersJSON != "" && r.ParametersJSON != "{}" {
+		params, err := parseParametersJSON(r.ParametersJSON)
+		if err != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' sent malformed response parameters: %v", mv.name, err)
+		}
+		resp.Parameters = params
+	}
+	for _, t := range r.Outputs {
+		if !wantOutput(pr.req, t.Name) {
+			continue
+		}
+		data, err := p.conn.View(t.Loc, t.Offset, t.Size)
+		if err != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
+		}
+		resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data})
+	}
+	if len(offs) > 0 {
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+		resp.SetRelease(func() {
+			p.release(offs)
+			p.mu.Lock()
+			p.refs--
+			p.mu.Unlock()
+			p.maybeUnmap()
+		})
+	}
+	return resp, nil
+}
+
+// release tells the stub it may reuse output blocks.
+func (p *stubProc) release(offs []uint64) {
+	if len(offs) == 0 || !p.alive() {
+		return
+	}
+	if err := p.conn.Send(&ipc.ReleaseMsg{Offsets: offs}); err != nil && p.alive() {
+		p.log.Warn("release output blocks", "error", err)
+	}
+}
+
+// watch enforces the heartbeat and execute timeouts while the process lives.
+func (p *stubProc) watch() {
+	sup := p.inst.mv.sup
+	tick := time.NewTicker(watchInterval)
+	defer tick.Stop()
+	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
+	for {
+		select {
+		case <-p.exited:
+			return
+		case now := <-tick.C:
+			if b := p.conn.PeerHeartbeat(); b != lastBeat {
+				lastBeat, lastChange = b, now
+				p.inst.setHeartbeat(now)
+			} else if age := now.Sub(lastChange); age > sup.opts.HeartbeatTimeout {
+				p.kill(fmt.Sprintf("no heartbeat for %s (--stub-heartbeat-timeout)", age.Round(time.Millisecond)))
+			} else if age > unhealthyAfter {
+				p.inst.setState(backendapi.StubUnhealthy)
+			}
+			if limit := p.inst.mv.executeTimeout; limit > 0 {
+				p.mu.Lock()
+				since := p.execSince
+				p.mu.Unlock()
+				if !since.IsZero() && now.Sub(since) > limit {
+					p.log.Error("execute exceeded its timeout; killing the stub", "timeout", limit)
+					p.kill(fmt.Sprintf("execute ran longer than EXECUTE_TIMEOUT_MS=%d", limit.Milliseconds()))
+				}
+			}
+		}
+	}
+}
+
+const (
+	watchInterval  = 50 * time.Millisecond
+	unhealthyAfter = 3 * time.Second
+)
+
+// stop finalizes the model in the stub and ends the process: Finalize with
+// a bound, then SIGKILL. It returns when the process is reaped.
+func (p *stubProc) stop(timeout time.Duration) {
+	if p.alive() {
+		if _, err := p.call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }, timeout); err != nil && !errors.Is(err, errStubExited) {
+			p.log.Warn("finalize", "error", err)
+		}
+		select {
+		case <-p.exited:
+		case <-time.After(timeout):
+		}
+		if p.alive() {
+			p.kill("stopped")
+		}
+	}
+	<-p.exited
+}
+
+// busy reports whether the stub has work outstanding.
+func (p *stubProc) busy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.batches) > 0
+}
+
+func (p *stubProc) inFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.requests)
+}
+
+// healthy reports whether this incarnation proved itself, which resets the
+// restart backoff.
+func (p *stubProc) healthy() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.okExecs > 0 || time.Since(p.started) > stableAfter
+}
+
+const stableAfter = 30 * time.Second
+
+// resultError turns a stub's Result error into a Go error.
+func resultError(e *ipc.Error) error {
+	if e == nil {
+		return nil
+	}
+	return backendapi.Errorf(backendapi.Code(e.Code), "%s", strings.TrimSpace(e.Message))
+}

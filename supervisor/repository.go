@@ -1,0 +1,450 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// loadStartupModels registers every model of the repositories and loads
+// the ones the control mode asks for.
+func (s *Supervisor) loadStartupModels() error {
+	dirs, err := modelconfig.ScanRepository(s.opts.Repositories)
+	if err != nil {
+		return fmt.Errorf("supervisor: %w", err)
+	}
+	s.mu.Lock()
+	for _, d := range dirs {
+		s.models[d.Name] = &modelEntry{name: d.Name, dir: d.Path}
+	}
+	s.mu.Unlock()
+	var names []string
+	switch {
+	case s.opts.ModelControl != ControlExplicit || slices.Contains(s.opts.StartupModels, "*"):
+		for _, d := range dirs {
+			names = append(names, d.Name)
+		}
+	default:
+		names = s.opts.StartupModels
+	}
+	// Load in parallel: each model's stubs start independently.
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.load(n, backendapi.LoadOptions{}); err != nil {
+				s.log.Error("model failed to load", "model", n, "error", backendapi.MessageOf(err))
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// errControlMode is Triton's text for load/unload outside explicit mode.
+var errControlMode = backendapi.Errorf(backendapi.Unavailable, "explicit model load / unload is not allowed if polling is enabled")
+
+// LoadModel implements backendapi.Backend.
+func (s *Supervisor) LoadModel(_ context.Context, name string, opts backendapi.LoadOptions) error {
+	if s.opts.ModelControl != ControlExplicit {
+		return errControlMode
+	}
+	if len(opts.Files) > 0 && opts.ConfigJSON == "" {
+		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s', the model configuration must be provided when model files are provided", name)
+	}
+	return s.load(name, opts)
+}
+
+// UnloadModel implements backendapi.Backend.
+func (s *Supervisor) UnloadModel(_ context.Context, name string, _ bool) error {
+	if s.opts.ModelControl != ControlExplicit {
+		return errControlMode
+	}
+	s.mu.RLock()
+	_, known := s.models[name]
+	s.mu.RUnlock()
+	if !known {
+		return backendapi.Errorf(backendapi.InvalidArg, "failed to unload '%s', no version is available", name)
+	}
+	s.unload(name, "unloaded")
+	return nil
+}
+
+// unload stops every version of a model.
+func (s *Supervisor) unload(name, reason string) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.mu.Lock()
+	e := s.models[name]
+	if e == nil {
+		s.mu.Unlock()
+		return
+	}
+	old := e.versions
+	e.versions = nil
+	if e.state != "" {
+		e.state, e.reason = "UNLOADING", ""
+	}
+	s.mu.Unlock()
+	for _, mv := range old {
+		mv.stop(s.opts.FinalizeTimeout)
+	}
+	s.mu.Lock()
+	if e.state != "" {
+		e.state, e.reason = "UNAVAILABLE", reason
+	}
+	s.mu.Unlock()
+	s.log.Info("model unloaded", "model", name)
+}
+
+// load loads (or reloads) a model. A reload that fails leaves the
+// previous versions serving.
+func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr error) {
+	if s.closing.Load() {
+		return backendapi.Errorf(backendapi.Unavailable, "server is shutting down")
+	}
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	dir, err := s.modelDir(name)
+	if err != nil {
+		return err
+	}
+	if len(opts.Files) > 0 {
+		if dir, err = s.writeOverride(name, opts.Files); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	e := s.models[name]
+	if e == nil {
+		e = &modelEntry{name: name}
+		s.models[name] = e
+	}
+	e.dir = dir
+	prevState, prevReason := e.state, e.reason
+	e.state, e.reason = "LOADING", ""
+	s.mu.Unlock()
+	setState := func(state, reason string) {
+		s.mu.Lock()
+		e.state, e.reason = state, reason
+		s.mu.Unlock()
+	}
+	defer func() {
+		if retErr != nil {
+			s.mu.RLock()
+			serving := len(e.versions) > 0
+			s.mu.RUnlock()
+			if serving && prevState == "READY" {
+				setState(prevState, prevReason)
+			} else {
+				setState("UNAVAILABLE", backendapi.MessageOf(retErr))
+			}
+			retErr = backendapi.Errorf(backendapi.CodeOf(retErr), "failed to load '%s': %s", name, backendapi.MessageOf(retErr))
+		}
+	}()
+	s.log.Info("loading model", "model", name, "dir", dir)
+	cfg, err := s.readConfig(name, dir, opts.ConfigJSON)
+	if err != nil {
+		return err
+	}
+	versions, err := modelconfig.Versions(cfg, dir)
+	if err != nil {
+		return err
+	}
+	var mvs []*modelVersion
+	for _, v := range versions {
+		mv, err := s.newModelVersion(cfg, dir, v)
+		if err != nil {
+			return err
+		}
+		mvs = append(mvs, mv)
+	}
+	for i, mv := range mvs {
+		if err := mv.start(); err != nil {
+			for _, started := range mvs[:i] {
+				started.stop(s.opts.FinalizeTimeout)
+			}
+			return err
+		}
+	}
+	s.mu.Lock()
+	old := e.versions
+	e.versions, e.cfg = mvs, cfg
+	e.state, e.reason = "READY", ""
+	e.fingerprint = fingerprint(dir)
+	s.mu.Unlock()
+	for _, mv := range old {
+		mv.stop(s.opts.FinalizeTimeout)
+	}
+	s.log.Info("model ready", "model", name, "versions", versions)
+	return nil
+}
+
+// modelDir finds a model's directory in the repositories.
+func (s *Supervisor) modelDir(name string) (string, error) {
+	dirs, err := modelconfig.ScanRepository(s.opts.Repositories)
+	if err != nil {
+		return "", backendapi.Errorf(backendapi.Internal, "%v", err)
+	}
+	for _, d := range dirs {
+		if d.Name == name {
+			if d.Err != nil {
+				return "", backendapi.Errorf(backendapi.InvalidArg, "%v", d.Err)
+			}
+			return d.Path, nil
+		}
+	}
+	return "", backendapi.Errorf(backendapi.InvalidArg, "failed to poll from model repository")
+}
+
+// readConfig reads config.pbtxt (or the override), runs the model's
+// auto_complete_config when it has one, and normalizes and validates the
+// result.
+func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.ModelConfig, error) {
+	var cfg *inferencepb.ModelConfig
+	var err error
+	if overrideJSON != "" {
+		cfg, err = modelconfig.FromJSON([]byte(overrideJSON))
+	} else {
+		cfg, err = modelconfig.Read(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.GetName() != "" && cfg.GetName() != name {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "%s: name: unexpected model name '%s', expecting '%s' (the directory name)", filepath.Join(dir, modelconfig.ConfigFileName), cfg.GetName(), name)
+	}
+	cfg.Name = name
+	if modelconfig.Kind(cfg) == modelconfig.KindPython && s.opts.AutoCompleteConfig {
+		if cfg, err = s.autoComplete(cfg, dir); err != nil {
+			return nil, err
+		}
+	}
+	modelconfig.Normalize(cfg, dir)
+	if err := modelconfig.Validate(cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// autoComplete runs TritonPythonModel.auto_complete_config in a throwaway
+// stub, as Triton does, when the model defines it.
+func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir string) (*inferencepb.ModelConfig, error) {
+	versions, err := modelconfig.Versions(&inferencepb.ModelConfig{}, dir) // the latest version directory
+	if err != nil {
+		return nil, err
+	}
+	file := cfg.GetDefaultModelFilename()
+	if file == "" {
+		file = modelconfig.DefaultPythonModelFile
+	}
+	modelFile := filepath.Join(dir, strconv.FormatInt(versions[len(versions)-1], 10), file)
+	src, err := os.ReadFile(modelFile)
+	if err != nil {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s': %v", cfg.GetName(), err)
+	}
+	if !bytes.Contains(src, []byte("auto_complete_config")) {
+		return cfg, nil
+	}
+	interp, err := s.interpreterFor(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp}
+	inst := newInstance(mv, cfg.GetName()+"_autocomplete", "CPU", 0)
+	p, err := inst.spawn()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { p.kill("auto-complete done"); <-p.exited }()
+	js, err := modelconfig.ToJSON(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.call(func(id uint64) ipc.Message {
+		return &ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": modelFile}, ConfigJSON: string(js)}
+	}, s.opts.InitializeTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if res.Error != nil {
+		return nil, resultError(res.Error)
+	}
+	out, ok := res.Value.(string)
+	if !ok {
+		return nil, backendapi.Errorf(backendapi.Internal, "auto_complete_config of model '%s' returned %T, want a config", cfg.GetName(), res.Value)
+	}
+	completed, err := modelconfig.FromJSON([]byte(out))
+	if err != nil {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "auto_complete_config of model '%s' produced an invalid config: %s", cfg.GetName(), backendapi.MessageOf(err))
+	}
+	return completed, nil
+}
+
+// writeOverride materialises the file:<version>/<path> contents of a load
+// request as a model directory in the cache.
+func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string, error) {
+	h := sha256.New()
+	keys := make([]string, 0, len(files))
+	for k := range files {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write(files[k])
+	}
+	dir := filepath.Join(s.opts.CacheDir, "override", name+"-"+hex.EncodeToString(h.Sum(nil))[:16], name)
+	for _, k := range keys {
+		rel := strings.TrimPrefix(k, "file:")
+		clean := filepath.Clean(rel)
+		if rel == k || filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
+			return "", backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid file parameter '%s'", name, k)
+		}
+		path := filepath.Join(dir, clean)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': %v", name, err)
+		}
+		if err := os.WriteFile(path, files[k], 0o644); err != nil {
+			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': %v", name, err)
+		}
+	}
+	return dir, nil
+}
+
+// RepositoryIndex implements backendapi.Backend.
+func (s *Supervisor) RepositoryIndex(_ context.Context, readyOnly bool) ([]backendapi.ModelIndexEntry, error) {
+	dirs, err := modelconfig.ScanRepository(s.opts.Repositories)
+	if err != nil {
+		return nil, backendapi.Errorf(backendapi.Internal, "%v", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []backendapi.ModelIndexEntry
+	add := func(name string) {
+		seen[name] = true
+		e := s.models[name]
+		if e == nil || e.state == "" {
+			if !readyOnly {
+				out = append(out, backendapi.ModelIndexEntry{Name: name})
+			}
+			return
+		}
+		if len(e.versions) == 0 {
+			if !readyOnly {
+				out = append(out, backendapi.ModelIndexEntry{Name: name, State: e.state, Reason: e.reason})
+			}
+			return
+		}
+		for _, mv := range e.versions {
+			state := e.state
+			if state == "READY" && !mv.ready() {
+				state = "UNAVAILABLE"
+			}
+			if readyOnly && state != "READY" {
+				continue
+			}
+			out = append(out, backendapi.ModelIndexEntry{Name: name, Version: strconv.FormatInt(mv.version, 10), State: state, Reason: e.reason})
+		}
+	}
+	for _, d := range dirs {
+		add(d.Name)
+	}
+	for name := range s.models {
+		if !seen[name] {
+			add(name)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// poll reloads models whose files changed, loads new ones and unloads
+// removed ones (--model-control-mode=poll).
+func (s *Supervisor) poll() {
+	defer s.pollWG.Done()
+	t := time.NewTicker(s.opts.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopc:
+			return
+		case <-t.C:
+		}
+		dirs, err := modelconfig.ScanRepository(s.opts.Repositories)
+		if err != nil {
+			s.log.Error("repository poll", "error", err)
+			continue
+		}
+		present := map[string]bool{}
+		for _, d := range dirs {
+			present[d.Name] = true
+			s.mu.RLock()
+			e := s.models[d.Name]
+			changed := e == nil || e.fingerprint != fingerprint(d.Path)
+			s.mu.RUnlock()
+			if changed {
+				if err := s.load(d.Name, backendapi.LoadOptions{}); err != nil {
+					s.log.Error("model failed to load", "model", d.Name, "error", backendapi.MessageOf(err))
+				}
+			}
+		}
+		s.mu.RLock()
+		var gone []string
+		for n := range s.models {
+			if !present[n] {
+				gone = append(gone, n)
+			}
+		}
+		s.mu.RUnlock()
+		for _, n := range gone {
+			s.unload(n, "removed from the repository")
+			s.mu.Lock()
+			delete(s.models, n)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// fingerprint summarises the names, sizes and times of a model's files.
+func fingerprint(dir string) string {
+	h := sha256.New()
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() && d.Name() == "__pycache__" {
+			if d != nil && d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if info, err := d.Info(); err == nil && !d.IsDir() {
+			fmt.Fprintf(h, "%s %d %d\n", path, info.Size(), info.ModTime().UnixNano())
+		}
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// errNotYet marks features whose supervisor side is not built yet.
+var errNotYet = errors.New("not supported by this server yet")

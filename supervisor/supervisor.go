@@ -1,0 +1,426 @@
+// Package supervisor is the core of stubvisor: it loads models from the
+// repositories, runs one stub process per model instance (Python or Go),
+// feeds them requests through their shared-memory rings, watches their
+// health, replaces the ones that die or hang, and reports it all. It
+// implements backendapi.Backend for the front ends.
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/python"
+)
+
+// Model control modes (--model-control-mode).
+const (
+	ControlNone     = "none"
+	ControlPoll     = "poll"
+	ControlExplicit = "explicit"
+)
+
+// Options configure a Supervisor. Zero values take the defaults of
+// DefaultOptions.
+type Options struct {
+	Repositories []string
+	// ModelControl is ControlNone, ControlPoll or ControlExplicit.
+	ModelControl string
+	// StartupModels are loaded at start in explicit mode ("*" = all).
+	StartupModels   []string
+	PollInterval    time.Duration
+	StrictReadiness bool
+	AllowClientShm  bool
+	// AutoCompleteConfig runs auto_complete_config of Python models.
+	AutoCompleteConfig bool
+
+	// Python is the interpreter for Python stubs (EXECUTION_ENV_PATH
+	// overrides it per model).
+	Python string
+	// CacheDir holds the extracted stub files, unpacked execution
+	// environments and built Go models.
+	CacheDir string
+	// IPC sizes each stub's rings and pool.
+	IPC ipc.Settings
+
+	StubStartTimeout  time.Duration // from spawn to the stub's Hello
+	InitializeTimeout time.Duration // initialize(args)
+	HeartbeatTimeout  time.Duration // a stub silent this long is killed
+	FinalizeTimeout   time.Duration // finalize() at unload and shutdown
+	RestartBackoff    time.Duration // first delay before restarting a dead stub
+	RestartBackoffMax time.Duration // the cap of the exponential backoff
+
+	Logger hclog.Logger
+}
+
+// DefaultOptions returns the defaults of every setting.
+func DefaultOptions() Options {
+	return Options{
+		ModelControl:       ControlNone,
+		PollInterval:       15 * time.Second,
+		StrictReadiness:    true,
+		AutoCompleteConfig: true,
+		Python:             "/usr/bin/python3",
+		IPC:                ipc.DefaultSettings(),
+		StubStartTimeout:   30 * time.Second,
+		InitializeTimeout:  10 * time.Minute,
+		HeartbeatTimeout:   30 * time.Second,
+		FinalizeTimeout:    5 * time.Second,
+		RestartBackoff:     100 * time.Millisecond,
+		RestartBackoffMax:  10 * time.Second,
+	}
+}
+
+// Supervisor implements backendapi.Backend.
+type Supervisor struct {
+	opts     Options
+	log      hclog.Logger
+	launcher *launcher
+
+	mu     sync.RWMutex
+	models map[string]*modelEntry // every model seen in a repository or loaded
+	// loadMu serialises load and unload.
+	loadMu sync.Mutex
+
+	closing atomic.Bool
+	stopc   chan struct{}
+	pollWG  sync.WaitGroup
+
+	pyOnce sync.Once
+	pyDir  string
+	pyErr  error
+}
+
+var _ backendapi.Backend = (*Supervisor)(nil)
+
+// modelEntry is what the supervisor knows of one model name.
+type modelEntry struct {
+	name   string
+	dir    string
+	state  string // "", READY, UNAVAILABLE, LOADING, UNLOADING
+	reason string
+	cfg    *inferencepb.ModelConfig
+	// versions are the loaded versions, ascending.
+	versions []*modelVersion
+	// fingerprint identifies the files the loaded model came from (poll).
+	fingerprint string
+}
+
+// New starts a supervisor and loads the models the control mode asks for.
+// Models that fail to load are reported in the repository index; New fails
+// only when the repositories themselves cannot be read.
+func New(opts Options) (*Supervisor, error) {
+	d := DefaultOptions()
+	if opts.ModelControl == "" {
+		opts.ModelControl = d.ModelControl
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = d.PollInterval
+	}
+	if opts.Python == "" {
+		opts.Python = d.Python
+	}
+	if opts.IPC.RingBytes == 0 {
+		opts.IPC = d.IPC
+	}
+	for _, dd := range []struct{ v *time.Duration; def time.Duration }{
+		{&opts.StubStartTimeout, d.StubStartTimeout}, {&opts.InitializeTimeout, d.InitializeTimeout},
+		{&opts.HeartbeatTimeout, d.HeartbeatTimeout}, {&opts.FinalizeTimeout, d.FinalizeTimeout},
+		{&opts.RestartBackoff, d.RestartBackoff}, {&opts.RestartBackoffMax, d.RestartBackoffMax},
+	} {
+		if *dd.v <= 0 {
+			*dd.v = dd.def
+		}
+	}
+	if opts.CacheDir == "" {
+		opts.CacheDir = filepath.Join(os.TempDir(), "stubvisor-"+strconv.Itoa(os.Getuid()))
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	switch opts.ModelControl {
+	case ControlNone, ControlPoll, ControlExplicit:
+	default:
+		return nil, fmt.Errorf("supervisor: model control mode %q: want none, poll or explicit", opts.ModelControl)
+	}
+	s := &Supervisor{
+		opts: opts, log: opts.Logger, launcher: newLauncher(),
+		models: map[string]*modelEntry{}, stopc: make(chan struct{}),
+	}
+	if err := s.loadStartupModels(); err != nil {
+		return nil, err
+	}
+	if opts.ModelControl == ControlPoll {
+		s.pollWG.Add(1)
+		go s.poll()
+	}
+	return s, nil
+}
+
+// Close stops accepting requests, lets running ones finish (bounded by
+// timeout), finalizes every model and stops every stub. It is idempotent.
+func (s *Supervisor) Close(timeout time.Duration) {
+	if s.closing.Swap(true) {
+		return
+	}
+	close(s.stopc)
+	s.pollWG.Wait()
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.mu.Lock()
+	var all []*modelVersion
+	for _, e := range s.models {
+		all = append(all, e.versions...)
+		e.versions = nil
+		e.state, e.reason = "UNAVAILABLE", "server shutting down"
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, mv := range all {
+		wg.Add(1)
+		go func() { defer wg.Done(); mv.stop(timeout) }()
+	}
+	wg.Wait()
+}
+
+// pythonDir extracts the embedded Python stub once.
+func (s *Supervisor) pythonDir() (string, error) {
+	s.pyOnce.Do(func() {
+		s.pyDir, s.pyErr = python.Extract(filepath.Join(s.opts.CacheDir, "python"))
+	})
+	return s.pyDir, s.pyErr
+}
+
+// Live implements backendapi.Backend.
+func (s *Supervisor) Live() bool { return !s.closing.Load() }
+
+// Ready implements backendapi.Backend: with strict readiness, every model
+// that is meant to be loaded must be ready.
+func (s *Supervisor) Ready() bool {
+	if s.closing.Load() {
+		return false
+	}
+	if !s.opts.StrictReadiness {
+		return true
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.models {
+		switch e.state {
+		case "READY":
+			for _, mv := range e.versions {
+				if !mv.ready() {
+					return false
+				}
+			}
+		case "LOADING":
+			return false
+		}
+	}
+	return true
+}
+
+// errUnknownModel is Triton's text for a model that is not loaded.
+func errUnknownModel(name string, known bool) error {
+	code := backendapi.InvalidArg
+	if known {
+		code = backendapi.NotFound
+	}
+	return backendapi.Errorf(code, "Request for unknown model: '%s' is not found", name)
+}
+
+// lookup finds the version that serves a request (version 0: the latest
+// loaded one).
+func (s *Supervisor) lookup(name string, version int64) (*modelVersion, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e := s.models[name]
+	if e == nil || e.state == "" {
+		return nil, errUnknownModel(name, e != nil)
+	}
+	if len(e.versions) == 0 {
+		if e.state == "UNAVAILABLE" && e.reason != "unloaded" {
+			return nil, backendapi.Errorf(backendapi.Unavailable, "Request for unknown model: '%s' has no available versions", name)
+		}
+		return nil, errUnknownModel(name, true)
+	}
+	if version == 0 {
+		return e.versions[len(e.versions)-1], nil
+	}
+	for _, mv := range e.versions {
+		if mv.version == version {
+			return mv, nil
+		}
+	}
+	return nil, backendapi.Errorf(backendapi.NotFound, "Request for unknown model: '%s' version %d is not found", name, version)
+}
+
+// ModelReady implements backendapi.Backend.
+func (s *Supervisor) ModelReady(_ context.Context, name string, version int64) error {
+	mv, err := s.lookup(name, version)
+	if err != nil {
+		return err
+	}
+	if !mv.ready() {
+		return backendapi.Errorf(backendapi.Unavailable, "Model '%s' version %d is not ready: no stub is running", name, mv.version)
+	}
+	return nil
+}
+
+// ModelMetadata implements backendapi.Backend.
+func (s *Supervisor) ModelMetadata(_ context.Context, name string, version int64) (*backendapi.ModelMetadata, error) {
+	mv, err := s.lookup(name, version)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	var versions []int64
+	for _, v := range s.models[name].versions {
+		if v.ready() {
+			versions = append(versions, v.version)
+		}
+	}
+	s.mu.RUnlock()
+	md := modelconfig.Metadata(mv.cfg, versions)
+	return &md, nil
+}
+
+// ModelConfig implements backendapi.Backend.
+func (s *Supervisor) ModelConfig(_ context.Context, name string, version int64) (*inferencepb.ModelConfig, error) {
+	mv, err := s.lookup(name, version)
+	if err != nil {
+		return nil, err
+	}
+	return mv.cfg, nil
+}
+
+// ModelStatistics implements backendapi.Backend.
+func (s *Supervisor) ModelStatistics(_ context.Context, name string, version int64) ([]backendapi.ModelStatistics, error) {
+	var mvs []*modelVersion
+	if name == "" {
+		s.mu.RLock()
+		for _, e := range s.models {
+			mvs = append(mvs, e.versions...)
+		}
+		s.mu.RUnlock()
+	} else {
+		mv, err := s.lookup(name, version)
+		if err != nil {
+			return nil, err
+		}
+		if version == 0 {
+			s.mu.RLock()
+			mvs = append(mvs, s.models[name].versions...)
+			s.mu.RUnlock()
+		} else {
+			mvs = []*modelVersion{mv}
+		}
+	}
+	out := make([]backendapi.ModelStatistics, 0, len(mvs))
+	for _, mv := range mvs {
+		out = append(out, mv.stats.snapshot(mv.name, strconv.FormatInt(mv.version, 10)))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Version < out[j].Version
+	})
+	return out, nil
+}
+
+// Infer implements backendapi.Backend.
+func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*backendapi.InferResponse, error) {
+	mv, err := s.lookup(req.ModelName, req.ModelVersion)
+	if err != nil {
+		return nil, err
+	}
+	if mv.decoupled {
+		return nil, backendapi.ErrDecoupled
+	}
+	pr, err := mv.submit(ctx, req, nil)
+	if err != nil {
+		return nil, err
+	}
+	return pr.wait()
+}
+
+// InferStream implements backendapi.Backend.
+func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferRequest, send func(*backendapi.InferResponse, error, bool)) error {
+	mv, err := s.lookup(req.ModelName, req.ModelVersion)
+	if err != nil {
+		return err
+	}
+	pr, err := mv.submit(ctx, req, send)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-pr.done:
+		return nil
+	case <-ctx.Done():
+		pr.mu.Lock()
+		pr.abandoned = true
+		pr.mu.Unlock()
+		// The stub may still answer; respond drops what comes after the
+		// final call, and the caller must not be called after we return.
+		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		return nil
+	}
+}
+
+// Stubs implements backendapi.Backend.
+func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelStubs, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []backendapi.ModelStubs
+	names := make([]string, 0, len(s.models))
+	for n := range s.models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		e := s.models[n]
+		if model != "" && n != model {
+			continue
+		}
+		if len(e.versions) == 0 {
+			out = append(out, backendapi.ModelStubs{Model: n, State: orUnknown(e.state), Reason: e.reason, Stubs: []backendapi.StubStatus{}})
+			continue
+		}
+		for _, mv := range e.versions {
+			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: e.state, Reason: e.reason}
+			for _, inst := range mv.instances {
+				ms.Stubs = append(ms.Stubs, inst.status())
+			}
+			out = append(out, ms)
+		}
+	}
+	if model != "" && len(out) == 0 {
+		return nil, errUnknownModel(model, false)
+	}
+	return out, nil
+}
+
+func orUnknown(state string) string {
+	if state == "" {
+		return "UNKNOWN"
+	}
+	return state
+}
+
+func cancelledWhileQueued(mv *modelVersion, pr *pending) error {
+	return backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled while queued: %v", mv.name, pr.ctx.Err())
+}
