@@ -11,11 +11,11 @@ import (
 // pending is one request from the moment it is queued until its final
 // response. Exactly one of complete/fail ends it; both are idempotent.
 type pending struct {
-	ctx      context.Context
-	req      *backendapi.InferRequest
-	batch    int64 // the request's batch size (1 without batching)
-	queued   time.Time
-	started  time.Time // handed to a stub
+	ctx     context.Context
+	req     *backendapi.InferRequest
+	batch   int64 // the request's batch size (1 without batching)
+	queued  time.Time
+	started time.Time // handed to a stub
 
 	// stream receives every response of a streaming request; nil for Infer.
 	stream func(*backendapi.InferResponse, error, bool)

@@ -135,7 +135,10 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.IPC.RingBytes == 0 {
 		opts.IPC = d.IPC
 	}
-	for _, dd := range []struct{ v *time.Duration; def time.Duration }{
+	for _, dd := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
 		{&opts.StubStartTimeout, d.StubStartTimeout}, {&opts.InitializeTimeout, d.InitializeTimeout},
 		{&opts.HeartbeatTimeout, d.HeartbeatTimeout}, {&opts.FinalizeTimeout, d.FinalizeTimeout},
 		{&opts.RestartBackoff, d.RestartBackoff}, {&opts.RestartBackoffMax, d.RestartBackoffMax},
