@@ -59,6 +59,7 @@ _K_INFER_EXEC = ipc.KIND_INFER_EXEC
 _K_FREE = ipc.KIND_FREE
 _ARENA0 = ipc.LOC_ARENA0
 _ARENA1 = ipc.LOC_ARENA1
+_NONE = ipc.LOC_NONE
 _PeerDead = ipc.PeerDead
 _PoolExhausted = ipc.PoolExhausted
 
@@ -147,7 +148,6 @@ class Host:
         self._calls = {}
         self._call_ids = itertools.count(1)
         self._cancelled = set()
-        self._arena_lock = threading.Lock()
         self._owned = set()
         self._pending_free = []
         self._aloop = None
@@ -319,12 +319,16 @@ class Host:
             _exit_now(1)
 
     def _free_owned(self, offsets):
-        with self._arena_lock:
-            owned = self._owned
-            for off in offsets:
-                if off in owned:
-                    owned.discard(off)
-                    self.ch.free(off)
+        # Only blocks this stub handed out are freed: a repeated or stray
+        # offset in a Release must not free a live block.
+        owned = self._owned
+        free = self.ch.free
+        for off in offsets:
+            try:
+                owned.remove(off)
+            except KeyError:
+                continue
+            free(off)
 
     def _flush_frees(self):
         pending = self._pending_free
@@ -342,10 +346,9 @@ class Host:
         """Copy a tensor into arena 1 and return its wire descriptor."""
         data, size, shape = tensor._payload()
         if size == 0:
-            return [tensor._name, tensor._dtype, shape, _ARENA1, 0, 0]
-        with self._arena_lock:
-            off = self.ch.alloc(size)
-            self._owned.add(off)
+            return [tensor._name, tensor._dtype, shape, _NONE, 0, 0]
+        off = self.ch.alloc(size)
+        self._owned.add(off)
         self._view(_ARENA1, off, size)[:] = data
         return [tensor._name, tensor._dtype, shape, _ARENA1, off, size]
 

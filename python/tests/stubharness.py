@@ -1,0 +1,212 @@
+"""A supervisor played by the test: a real region (stubvisor.ipc's
+supervisor side), a real stub process (python -m stubvisor), and helpers to
+speak the protocol of ipc/messages.go to it."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(PYTHON_DIR)
+MODELS = os.path.join(REPO, "testdata", "models")
+TEST_MODELS = os.path.join(PYTHON_DIR, "testdata", "models")
+
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
+
+from stubvisor import ipc  # noqa: E402
+
+K = ipc
+WAIT = 10.0  # the bound of every wait in these tests
+
+NP = {1: np.bool_, 2: np.uint8, 3: np.uint16, 4: np.uint32, 5: np.uint64, 6: np.int8, 7: np.int16,
+      8: np.int32, 9: np.int64, 10: np.float16, 11: np.float32, 12: np.float64, 14: np.uint16}
+
+
+def serialize_bytes(items):
+    return b"".join(len(b).to_bytes(4, "little") + b for b in items)
+
+
+def deserialize_bytes(buf):
+    out, i = [], 0
+    while i < len(buf):
+        n = int.from_bytes(buf[i:i + 4], "little")
+        out.append(bytes(buf[i + 4:i + 4 + n]))
+        i += 4 + n
+    return out
+
+
+def _to_fd3(fd):
+    if fd == 3:
+        os.set_inheritable(3, True)
+    else:
+        os.dup2(fd, 3)  # the copy is inheritable
+
+
+class Stub:
+    """One stub process on its own region."""
+
+    def __init__(self, instance, ring_bytes=1 << 16, arena_max=1 << 26):
+        self.instance = instance
+        self.sup = ipc.Channel._create(ring_bytes=ring_bytes, arena_max=arena_max,
+                                       arena_default=1 << 20, arena_growth=1 << 20)
+        fd = self.sup.fd
+        env = dict(os.environ, PYTHONPATH=PYTHON_DIR, STUBVISOR_INSTANCE=instance)
+        # The region goes to fd 3 of the child, as the supervisor's ExtraFiles
+        # put it. close_fds would run after preexec_fn and close it again, so
+        # it stays off: every other fd of this process is close-on-exec.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stubvisor"], close_fds=False, preexec_fn=lambda: _to_fd3(fd),
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.logs = []
+        self.next_id = 100
+        self.hello = self.expect(K.KIND_HELLO)
+
+    # --- plumbing -------------------------------------------------------------
+
+    def close(self):
+        """Kill the stub if it still runs and release the region."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(WAIT)
+        finally:
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+            self.sup.close()
+
+    def recv(self, timeout=WAIT):
+        msg = self.sup.recv(timeout)
+        if msg is None:
+            raise AssertionError("no message from the stub within %.1f s (exit status %r, stderr %r)"
+                                 % (timeout, self.proc.poll(), self._stderr()))
+        return msg
+
+    def _stderr(self):
+        if self.proc.poll() is None:
+            return "(still running)"
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def expect(self, kind, timeout=WAIT):
+        """The next message of this kind; Log messages on the way are kept
+        in self.logs, anything else fails."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.recv(max(deadline - time.monotonic(), 0.001))
+            if msg[0] == kind:
+                return msg
+            if msg[0] == K.KIND_LOG:
+                self.logs.append(msg)
+                continue
+            raise AssertionError("expected kind %d, got %r" % (kind, msg))
+
+    def new_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def put(self, data):
+        """Copy bytes into arena 0; returns (loc, offset, size)."""
+        if not data:
+            return ipc.LOC_NONE, 0, 0
+        off = self.sup.alloc(len(data))
+        self.sup.view(ipc.LOC_ARENA0, off, len(data))[:] = data
+        return ipc.LOC_ARENA0, off, len(data)
+
+    def tensor(self, name, dtype, array):
+        """A wire tensor descriptor for a numpy array (or list of bytes for
+        BYTES, dtype 13), its bytes placed in arena 0."""
+        if dtype == 13:
+            data = serialize_bytes(array)
+            shape = [len(array)]
+        else:
+            array = np.ascontiguousarray(array, dtype=NP[dtype])
+            data = array.tobytes()
+            shape = list(array.shape)
+        loc, off, size = self.put(data)
+        return [name, dtype, shape, loc, off, size]
+
+    def read(self, t):
+        """The value of a wire tensor the stub sent: numpy array, or a list
+        of bytes for BYTES."""
+        name, dtype, shape, loc, off, size = t[:6]
+        buf = bytes(self.sup.view(loc, off, size)) if size else b""
+        if dtype == 13:
+            return deserialize_bytes(buf)
+        return np.frombuffer(buf, NP[dtype]).reshape(shape)
+
+    # --- commands ---------------------------------------------------------------
+
+    def initialize(self, model_dir, config=None, decoupled=False, model_file=None):
+        name = os.path.basename(model_dir)
+        config = dict(config or {})
+        config.setdefault("name", name)
+        args = {
+            "model_config": json.dumps(config),
+            "model_instance_kind": "CPU",
+            "model_instance_name": self.instance,
+            "model_instance_device_id": "0",
+            "model_repository": model_dir,
+            "model_version": "1",
+            "model_name": name,
+        }
+        msg_id = self.new_id()
+        self.sup.send([K.KIND_INITIALIZE, msg_id, args, {
+            "model_file": model_file or os.path.join(model_dir, "1", "model.py"),
+            "decoupled": decoupled, "force_cpu_only_input_tensors": True}])
+        reply = self.expect(K.KIND_RESULT)
+        assert reply[1] == msg_id, reply
+        return reply
+
+    def request(self, handle, inputs, requested=(), params=None, correlation_id=0, request_id="", flags=0):
+        return [handle, request_id, correlation_id, flags, inputs, list(requested),
+                json.dumps(params) if params else "", 0]
+
+    def execute(self, requests, batch_id=None):
+        batch_id = batch_id if batch_id is not None else self.new_id()
+        self.sup.send([K.KIND_EXECUTE, batch_id, requests])
+        return batch_id
+
+    def release(self, response):
+        offsets = [t[4] for t in response[3] if t[5]]
+        if offsets:
+            self.sup.send([K.KIND_RELEASE, 0, offsets])
+
+    def stub_in_use(self):
+        return self.sup.usage()[1]["in_use"]
+
+    def wait_stub_in_use(self, value):
+        deadline = time.monotonic() + WAIT
+        while self.stub_in_use() != value:
+            if time.monotonic() > deadline:
+                raise AssertionError("stub arena in use %d, want %d" % (self.stub_in_use(), value))
+            time.sleep(0.005)
+
+    def finalize(self):
+        msg_id = self.new_id()
+        self.sup.send([K.KIND_FINALIZE, msg_id])
+        reply = self.expect(K.KIND_RESULT)
+        assert reply[1] == msg_id
+        return self.proc.wait(WAIT)
+
+
+ADD_SUB_CONFIG = {
+    "name": "add_sub",
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+              {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},
+               {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}],
+}
+
+REPEAT_CONFIG = {
+    "name": "repeat_decoupled",
+    "model_transaction_policy": {"decoupled": True},
+    "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [-1]},
+              {"name": "DELAY", "data_type": "TYPE_UINT32", "dims": [-1]},
+              {"name": "WAIT", "data_type": "TYPE_UINT32", "dims": [1]}],
+    "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]},
+               {"name": "IDX", "data_type": "TYPE_UINT32", "dims": [1]}],
+}
