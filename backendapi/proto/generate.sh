@@ -1,16 +1,19 @@
 #!/bin/sh
 # generate.sh regenerates backendapi/inferencepb from the .proto sources in
-# this directory (run by `make proto`). The code generators are the versions
+# this directory (run by `make proto`). With an argument, it writes the
+# package under that directory instead of the checkout (the drift test in
+# backendapi/inferencepb uses this to compare with the committed files). The code generators are the versions
 # pinned by go.mod's tool directive; protoc is the system one (Debian:
 # protobuf-compiler). Running it twice gives the same files, and the result
 # is committed so that building never needs protoc.
 set -eu
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+dest=$(cd "${1:-$root}" && pwd)
 cd "$root"
 
 module=$(go list -m)
-out=backendapi/inferencepb
+out=$dest/backendapi/inferencepb
 
 command -v protoc >/dev/null 2>&1 || {
 	echo "generate.sh: protoc not found (apt-get install protobuf-compiler)" >&2
@@ -30,8 +33,8 @@ rm -f "$out"/*.pb.go
 protoc -I backendapi/proto \
 	--plugin=protoc-gen-go="$gen_go" \
 	--plugin=protoc-gen-go-grpc="$gen_grpc" \
-	--go_out=. --go_opt=module="$module" \
-	--go-grpc_out=. --go-grpc_opt=module="$module" \
+	--go_out="$dest" --go_opt=module="$module" \
+	--go-grpc_out="$dest" --go-grpc_opt=module="$module" \
 	model_config.proto grpc_service.proto
 
 unformatted=$(gofmt -l "$out")
