@@ -780,7 +780,10 @@ class Tensor:
         if self._dtype == _BYTES:
             data = _serialize(array)
             return data, len(data), list(array.shape)
-        return memoryview(array).cast("B") if array.ndim else array.tobytes(), array.nbytes, list(array.shape)
+        size = array.nbytes
+        if size == 0:
+            return b"", 0, list(array.shape)
+        return memoryview(array).cast("B") if array.ndim else array.tobytes(), size, list(array.shape)
 
 
 def _coerce(array):
