@@ -1,0 +1,214 @@
+// Command stubvisor serves the models of one or more model repositories
+// over the KServe v2 protocol (HTTP and gRPC), running each model instance
+// in a supervised stub process: Python (Triton's TritonPythonModel,
+// unchanged) or Go.
+//
+//	stubvisor --model-repository ./models
+//
+// Flags follow tritonserver's names where the feature is the same.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stubvisor/stubvisor/server"
+	"github.com/stubvisor/stubvisor/supervisor"
+)
+
+// version is the server version reported by server metadata.
+var version = "0.1.0"
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// config is everything the flags set.
+type config struct {
+	repos           listFlag
+	loadModels      listFlag
+	httpPort        int
+	grpcPort        int
+	metricsPort     int
+	address         string
+	logVerbose      int
+	logFormat       string
+	controlMode     string
+	pollSecs        int
+	strictReadiness bool
+	exitTimeout     int
+	allowClientShm  bool
+	maxInputSize    int64
+	autoComplete    bool
+	sup             supervisor.Options
+}
+
+func parseFlags(args []string) (*config, error) {
+	c := &config{sup: supervisor.DefaultOptions()}
+	fs := flag.NewFlagSet("stubvisor", flag.ContinueOnError)
+	fs.Var(&c.repos, "model-repository", "model repository directory (repeatable)")
+	fs.Var(&c.loadModels, "load-model", "model to load at start in explicit mode, or * for all (repeatable)")
+	fs.IntVar(&c.httpPort, "http-port", 8000, "HTTP/REST port (0: pick a free one, -1: off)")
+	fs.IntVar(&c.grpcPort, "grpc-port", 8001, "gRPC port (0: pick a free one, -1: off)")
+	fs.IntVar(&c.metricsPort, "metrics-port", 8002, "Prometheus metrics port (0: pick a free one, -1: off)")
+	fs.StringVar(&c.address, "address", "0.0.0.0", "address the listeners bind")
+	fs.IntVar(&c.logVerbose, "log-verbose", 0, "verbose logging level (>0: debug, >1: trace)")
+	fs.StringVar(&c.logFormat, "log-format", "default", "log format: default, ISO8601 or json")
+	fs.StringVar(&c.controlMode, "model-control-mode", "none", "model control mode: none, poll or explicit")
+	fs.IntVar(&c.pollSecs, "repository-poll-secs", 15, "repository poll interval in poll mode")
+	fs.BoolVar(&c.strictReadiness, "strict-readiness", true, "server is ready only when every loaded model is ready")
+	fs.IntVar(&c.exitTimeout, "exit-timeout-secs", 30, "how long shutdown waits for in-flight requests")
+	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
+	fs.Int64Var(&c.maxInputSize, "http-max-input-size", server.DefaultMaxInputSize, "largest HTTP request body in bytes")
+	fs.BoolVar(&c.autoComplete, "auto-complete-config", true, "run auto_complete_config of Python models")
+	disableAC := fs.Bool("disable-auto-complete-config", false, "do not run auto_complete_config")
+	fs.StringVar(&c.sup.Python, "python", c.sup.Python, "Python interpreter of the stubs (with numpy and msgpack)")
+	fs.StringVar(&c.sup.CacheDir, "cache-dir", "", "directory for extracted stub files, unpacked environments and built Go models")
+	shmDefault := fs.Uint64("shm-default-byte-size", c.sup.IPC.Pool.DefaultBytes, "bytes each stub pool arena starts with")
+	shmGrowth := fs.Uint64("shm-growth-byte-size", c.sup.IPC.Pool.GrowthBytes, "bytes a stub pool arena grows by")
+	shmMax := fs.Uint64("shm-max-byte-size", c.sup.IPC.Pool.MaxBytes, "largest size of a stub pool arena")
+	ringBytes := fs.Uint("shm-ring-byte-size", uint(c.sup.IPC.RingBytes), "bytes of each stub message ring (power of two)")
+	spin := fs.Duration("stub-spin", c.sup.IPC.Spin, "how long a waiter polls its ring before sleeping")
+	fs.DurationVar(&c.sup.StubStartTimeout, "stub-start-timeout", c.sup.StubStartTimeout, "how long a new stub may take to attach")
+	fs.DurationVar(&c.sup.InitializeTimeout, "stub-initialize-timeout", c.sup.InitializeTimeout, "how long initialize() may take")
+	fs.DurationVar(&c.sup.HeartbeatTimeout, "stub-heartbeat-timeout", c.sup.HeartbeatTimeout, "a stub whose heartbeat stops this long is killed and restarted")
+	fs.DurationVar(&c.sup.FinalizeTimeout, "stub-finalize-timeout", c.sup.FinalizeTimeout, "how long finalize() may take before the stub is killed")
+	fs.DurationVar(&c.sup.RestartBackoff, "stub-restart-backoff", c.sup.RestartBackoff, "first delay before a dead stub is restarted")
+	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if len(c.repos) == 0 {
+		return nil, errors.New("--model-repository is required")
+	}
+	c.sup.IPC.Pool.DefaultBytes, c.sup.IPC.Pool.GrowthBytes, c.sup.IPC.Pool.MaxBytes = *shmDefault, *shmGrowth, *shmMax
+	c.sup.IPC.RingBytes = uint32(*ringBytes)
+	c.sup.IPC.Spin = *spin
+	c.sup.Repositories = c.repos
+	c.sup.ModelControl = c.controlMode
+	c.sup.StartupModels = c.loadModels
+	c.sup.PollInterval = time.Duration(c.pollSecs) * time.Second
+	c.sup.StrictReadiness = c.strictReadiness
+	c.sup.AllowClientShm = c.allowClientShm
+	c.sup.AutoCompleteConfig = c.autoComplete && !*disableAC
+	return c, nil
+}
+
+func newLogger(c *config) hclog.Logger {
+	level := hclog.Info
+	switch {
+	case c.logVerbose > 1:
+		level = hclog.Trace
+	case c.logVerbose > 0:
+		level = hclog.Debug
+	}
+	opts := &hclog.LoggerOptions{Name: "stubvisor", Level: level, Output: os.Stderr, JSONFormat: c.logFormat == "json"}
+	if c.logFormat == "ISO8601" {
+		opts.TimeFormat = "2006-01-02T15:04:05Z07:00"
+	}
+	return hclog.New(opts)
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "stubvisor:", err)
+		os.Exit(2)
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "stubvisor:", err)
+		os.Exit(1)
+	}
+}
+
+// service is one listener of the server.
+type service struct {
+	name  string
+	port  int
+	serve func(net.Listener) error
+}
+
+// run serves until SIGINT or SIGTERM, then shuts down in order: stop
+// accepting, drain in-flight requests, finalize every model, stop every
+// stub, all within --exit-timeout-secs.
+func run(c *config) error {
+	log := newLogger(c)
+	c.sup.Logger = log
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+
+	sup, err := supervisor.New(c.sup)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(sup, server.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log})
+	if err != nil {
+		sup.Close(time.Duration(c.exitTimeout) * time.Second)
+		return err
+	}
+	services := []service{
+		{"HTTP", c.httpPort, srv.Serve},
+		{"metrics", c.metricsPort, srv.ServeMetrics},
+	}
+	services = append(services, grpcService(c, sup, log)...)
+	errc := make(chan error, len(services))
+	var wg sync.WaitGroup
+	for _, svc := range services {
+		if svc.port < 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(c.address, strconv.Itoa(svc.port)))
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			sup.Close(time.Duration(c.exitTimeout) * time.Second)
+			return fmt.Errorf("listen %s: %w", svc.name, err)
+		}
+		// Tests start the binary on port 0 and read the chosen ports here.
+		log.Info("listening", "service", svc.name, "address", l.Addr().String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := svc.serve(l); err != nil {
+				errc <- fmt.Errorf("%s: %w", svc.name, err)
+			}
+		}()
+	}
+	log.Info("stubvisor started", "version", version)
+	select {
+	case sig := <-sigs:
+		log.Info("shutting down", "signal", sig.String())
+	case err = <-errc:
+		log.Error("listener failed; shutting down", "error", err)
+	}
+	timeout := time.Duration(c.exitTimeout) * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	stopGRPC(ctx)
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("HTTP shutdown", "error", err)
+	}
+	wg.Wait()
+	sup.Close(timeout)
+	log.Info("stopped")
+	return err
+}
