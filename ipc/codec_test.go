@@ -1,0 +1,192 @@
+package ipc
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestCodecRoundTrip(t *testing.T) {
+	enc := NewEncoder()
+	dec := NewDecoder()
+	for _, m := range sampleMessages() {
+		t.Run(reflect.TypeOf(m).Elem().Name(), func(t *testing.T) {
+			b, err := enc.Encode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := dec.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Kind() != m.Kind() {
+				t.Fatalf("kind %d, want %d", got.Kind(), m.Kind())
+			}
+			again, err := enc.Encode(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got2, _ := dec.Decode(again); !reflect.DeepEqual(got, got2) {
+				t.Fatalf("second round trip differs:\n%#v\n%#v", got, got2)
+			}
+		})
+	}
+}
+
+func TestCodecFields(t *testing.T) {
+	msgs := sampleMessages()
+	got := normalized(t, msgs[1]).(*ExecuteMsg)
+	want := msgs[1].(*ExecuteMsg)
+	r := got.Requests[0]
+	if r.Handle != want.Requests[0].Handle || r.CorrelationID != "seq-α" || r.Flags != 3 ||
+		r.Inputs[0].Shape[2] != 1<<40 || r.Inputs[0].Shape[0] != -1 || r.Inputs[0].Offset != 1<<33 ||
+		r.Inputs[1].Loc != LocNone || r.TimeoutMicros != 1500 || r.ParametersJSON != `{"k":1}` {
+		t.Fatalf("request decoded as %+v", r)
+	}
+	if got.Requests[1].CorrelationID != uint64(42) {
+		t.Fatalf("numeric correlation id decoded as %#v", got.Requests[1].CorrelationID)
+	}
+	init := normalized(t, msgs[0]).(*InitializeMsg)
+	opts := map[string]any{"decoupled": true, "model_file": "/m/1/model.py", "n": int64(-5), "big": uint64(1 << 63), "f": 1.5, "list": []any{int64(1), "x", nil}}
+	if !reflect.DeepEqual(init.Options, opts) || init.Args["model_name"] != "add_sub" {
+		t.Fatalf("initialize decoded as %+v", init)
+	}
+}
+
+// Frames as the Python stub writes them (msgpack 1.0 packb of lists):
+// they must decode into the typed structs.
+func TestDecodePythonFrames(t *testing.T) {
+	cases := []struct {
+		name string
+		hex  []byte
+		want Message
+	}{
+		// [64, 0, 1, 4242, {"python": "3.11"}]
+		{"hello", []byte{0x95, 0x40, 0x00, 0x01, 0xcd, 0x10, 0x92, 0x81, 0xa6, 'p', 'y', 't', 'h', 'o', 'n', 0xa4, '3', '.', '1', '1'},
+			&HelloMsg{Version: 1, PID: 4242, Info: map[string]string{"python": "3.11"}}},
+		// [65, 7, None, True]
+		{"result bool", []byte{0x94, 0x41, 0x07, 0xc0, 0xc3}, &ResultMsg{ID: 7, Value: true}},
+		// [65, 8, [13, b"x"], None]: a bin where a str is expected
+		{"result error as bin", []byte{0x94, 0x41, 0x08, 0x92, 0x0d, 0xc4, 0x01, 'x', 0xc0}, &ResultMsg{ID: 8, Error: &Error{Code: 13, Message: "x"}}},
+		// [70, 0, [64, 128], "a future element"]
+		{"free with trailing element", []byte{0x94, 0x46, 0x00, 0x92, 0x40, 0xcc, 0x80, 0xa1, 'z'}, &FreeMsg{Offsets: []uint64{64, 128}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decode(tc.hex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %#v, want %#v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		b    []byte
+	}{
+		{"empty", nil},
+		{"not an array", []byte{0x01}},
+		{"one element", []byte{0x91, 0x03}},
+		{"unknown kind", []byte{0x92, 0x09, 0x00}},
+		{"kind too large", []byte{0x92, 0xcd, 0x01, 0x00, 0x00}},
+		{"negative id", []byte{0x92, 0x03, 0xff}},
+		{"missing elements", []byte{0x92, 0x02, 0x01}},
+		{"array longer than the frame", []byte{0x93, 0x02, 0x01, 0xdd, 0xff, 0xff, 0xff, 0xff}},
+		{"map longer than the frame", []byte{0x94, 0x01, 0x01, 0xdf, 0x7f, 0xff, 0xff, 0xff, 0xc0}},
+		{"string longer than the frame", []byte{0x96, 0x44, 0x00, 0xdb, 0x00, 0x10, 0x00, 0x00, 'a'}},
+		{"trailing bytes", []byte{0x92, 0x03, 0x01, 0xc0}},
+		{"float for an int", []byte{0x92, 0x03, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{"deep nesting", append([]byte{0x94, 0x41, 0x01, 0xc0}, deepArray(100)...)},
+		{"truncated tensor", []byte{0x93, 0x42, 0x00, 0x95, 0x01, 0x01, 0xc0, 0x91, 0x93, 0xa1, 'x', 0x0b}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Decode(tc.b)
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("got %#v, %v; want ErrProtocol", m, err)
+			}
+		})
+	}
+}
+
+func deepArray(depth int) []byte {
+	b := make([]byte, 0, depth+1)
+	for range depth {
+		b = append(b, 0x91)
+	}
+	return append(b, 0xc0)
+}
+
+func TestEncodeRejects(t *testing.T) {
+	cases := []struct {
+		name string
+		m    Message
+	}{
+		{"nil", nil},
+		{"float correlation id", &ExecuteMsg{Requests: []Request{{CorrelationID: 1.5}}}},
+		{"unencodable value", &ResultMsg{Value: make(chan int)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewEncoder().Encode(tc.m); err == nil {
+				t.Fatal("encoded")
+			}
+		})
+	}
+}
+
+// FuzzDecode feeds arbitrary frames to the decoder: it must never panic,
+// and whatever it accepts must survive a re-encode unchanged.
+func FuzzDecode(f *testing.F) {
+	enc := NewEncoder()
+	for _, m := range sampleMessages() {
+		b, err := enc.Encode(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append([]byte(nil), b...))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("error %v does not wrap ErrProtocol", err)
+			}
+			return
+		}
+		again, err := NewEncoder().Encode(m)
+		if err != nil {
+			t.Fatalf("decoded %#v does not encode: %v", m, err)
+		}
+		m2, err := Decode(again)
+		if err != nil {
+			t.Fatalf("re-encoding of %#v does not decode: %v", m, err)
+		}
+		if !reflect.DeepEqual(m, m2) {
+			t.Fatalf("unstable round trip:\n%#v\n%#v", m, m2)
+		}
+	})
+}
+
+func BenchmarkEncodeExecute(b *testing.B) {
+	m := sampleMessages()[1]
+	enc := NewEncoder()
+	b.ReportAllocs()
+	for b.Loop() {
+		enc.Encode(m)
+	}
+}
+
+func BenchmarkDecodeExecuteDone(b *testing.B) {
+	buf, _ := NewEncoder().Encode(sampleMessages()[12])
+	dec := NewDecoder()
+	b.ReportAllocs()
+	for b.Loop() {
+		dec.Decode(buf)
+	}
+}

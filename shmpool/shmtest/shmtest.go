@@ -1,0 +1,136 @@
+// Package shmtest checks that a test leaves nothing behind: no goroutine,
+// no file descriptor, no child process and no /dev/shm entry more than it
+// found. Tests of code that maps shared memory and starts stubs call
+// NoLeaks first thing, so every resource they make must be released by
+// their own cleanups (which run before the check).
+package shmtest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Settle bounds how long NoLeaks waits for goroutines and processes that
+// are already on their way out (a reaper returning, a child being reaped).
+const Settle = 5 * time.Second
+
+// Snapshot is what a process holds at one moment.
+type Snapshot struct {
+	Goroutines int
+	FDs        []string // "fd -> target"
+	Children   []string // pids
+	DevShm     []string // names
+}
+
+// Take records the current goroutines, descriptors, children and /dev/shm
+// entries.
+func Take() Snapshot {
+	return Snapshot{
+		Goroutines: runtime.NumGoroutine(),
+		FDs:        fds(),
+		Children:   children(),
+		DevShm:     devShm(),
+	}
+}
+
+// NoLeaks takes a snapshot now and registers a cleanup that fails the test
+// when, after every cleanup registered later has run, the process holds
+// more than it did. Call it before creating anything.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	before := Take()
+	t.Cleanup(func() {
+		t.Helper()
+		var after Snapshot
+		deadline := time.Now().Add(Settle)
+		for {
+			after = Take()
+			if after.Goroutines <= before.Goroutines && len(extra(before.Children, after.Children)) == 0 || time.Now().After(deadline) {
+				break
+			}
+			// Exiting goroutines and reaped children need the scheduler,
+			// not a timer: yield until they are gone or the bound passes.
+			runtime.Gosched()
+		}
+		if after.Goroutines > before.Goroutines {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("leaked goroutines: %d before, %d after\n%s", before.Goroutines, after.Goroutines, buf)
+		}
+		if x := extra(before.FDs, after.FDs); len(x) > 0 {
+			t.Errorf("leaked file descriptors: %s", strings.Join(x, ", "))
+		}
+		if x := extra(before.Children, after.Children); len(x) > 0 {
+			t.Errorf("leaked child processes: %s", strings.Join(x, ", "))
+		}
+		if x := extra(before.DevShm, after.DevShm); len(x) > 0 {
+			t.Errorf("left in /dev/shm: %s", strings.Join(x, ", "))
+		}
+	})
+}
+
+func extra(before, after []string) []string {
+	var x []string
+	for _, a := range after {
+		if !slices.Contains(before, a) {
+			x = append(x, a)
+		}
+	}
+	return x
+}
+
+func fds() []string {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue // the descriptor ReadDir itself used, closed by now
+		}
+		out = append(out, e.Name()+" -> "+target)
+	}
+	return out
+}
+
+func children() []string {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var out []string
+	for _, task := range tasks {
+		b, err := os.ReadFile(task)
+		if err != nil {
+			continue
+		}
+		for _, pid := range strings.Fields(string(b)) {
+			if !slices.Contains(out, pid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+func devShm() []string {
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// String summarises a snapshot for failure messages.
+func (s Snapshot) String() string {
+	return fmt.Sprintf("%d goroutines, %d fds, children %v, /dev/shm %v", s.Goroutines, len(s.FDs), s.Children, s.DevShm)
+}
