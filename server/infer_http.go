@@ -1,0 +1,347 @@
+package server
+
+import (
+	"bytes"
+	"compress/gzip"
+	"compress/zlib"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+const hdrInferHeaderLength = "Inference-Header-Content-Length"
+
+// handleInfer serves POST /v2/models/{m}[/versions/{v}]/infer.
+func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, versionStr string) {
+	if r.Method != http.MethodPost {
+		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
+		return
+	}
+	version, err := ParseModelVersion(versionStr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx := r.Context()
+	cfg, err := s.backend.ModelConfig(ctx, model, version)
+	if err != nil {
+		s.inferFailed(w, model, err)
+		return
+	}
+	if cfg.GetModelTransactionPolicy().GetDecoupled() {
+		s.inferFailed(w, model, backendapi.Errorf(backendapi.Unsupported, "%s", msgDecoupledHTTP))
+		return
+	}
+	c := getCall()
+	defer putCall(c)
+	body, err := c.readBody(w, r, s.maxInput)
+	if err != nil {
+		s.inferFailed(w, model, err)
+		return
+	}
+	hdrLen, hdrGiven, err := inferHeaderLength(r, len(body))
+	if err != nil {
+		s.inferFailed(w, model, err)
+		return
+	}
+	if hdrGiven && hdrLen == 0 {
+		md, err := s.backend.ModelMetadata(ctx, model, version)
+		if err == nil {
+			err = c.buildRawRequest(model, md, cfg.GetMaxBatchSize(), body)
+		}
+		if err != nil {
+			s.inferFailed(w, model, err)
+			return
+		}
+	} else if err := c.parseInferHeader(model, body[:hdrLen], body[hdrLen:], hdrGiven); err != nil {
+		s.inferFailed(w, model, err)
+		return
+	}
+	c.req.ModelName = model
+	c.req.ModelVersion = version
+	resp, err := s.backend.Infer(ctx, &c.req)
+	if err != nil {
+		s.inferFailed(w, model, err)
+		return
+	}
+	defer resp.Release()
+	if err := s.writeInferResponse(w, r, c, resp); err != nil {
+		s.inferFailed(w, model, err)
+	}
+}
+
+func (s *Server) inferFailed(w http.ResponseWriter, model string, err error) {
+	if s.log.IsDebug() {
+		s.log.Debug("infer failed", "model", model, "error", err)
+	}
+	writeError(w, err)
+}
+
+// tooLarge is the error for a body over the configured limit.
+func tooLarge(size, limit int64) error {
+	if size < 0 {
+		return invalidArg("Request JSON size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
+	}
+	return invalidArg("Request JSON size of %d exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", size, limit)
+}
+
+// readBody reads the request body into the call's pooled buffer,
+// decompressing gzip or deflate (zlib) bodies, and refuses bodies over limit
+// (before and after decompression).
+func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	enc := r.Header.Get("Content-Encoding")
+	switch enc {
+	case "", "identity", "gzip", "deflate":
+	default:
+		w.Header()["Accept-Encoding"] = acceptEncodings
+		return nil, invalidArg("%s", msgCompression)
+	}
+	var err error
+	c.body, err = readLimited(c.body[:0], r.Body, r.ContentLength, limit)
+	if err != nil || enc == "" || enc == "identity" {
+		return c.body, err
+	}
+	var zr io.ReadCloser
+	if enc == "gzip" {
+		zr, err = gzip.NewReader(bytes.NewReader(c.body))
+	} else {
+		zr, err = zlib.NewReader(bytes.NewReader(c.body))
+	}
+	if err == nil {
+		c.inflated, err = readLimited(c.inflated[:0], zr, -1, limit)
+		_ = zr.Close()
+	}
+	if err != nil {
+		var be *backendapi.Error
+		if errors.As(err, &be) {
+			return nil, err
+		}
+		return nil, invalidArg("failed to decompress the request body (%s): %v", enc, err)
+	}
+	return c.inflated, nil
+}
+
+// readLimited appends all of rd to dst, failing when it exceeds limit.
+// size is the announced length, or -1.
+func readLimited(dst []byte, rd io.Reader, size, limit int64) ([]byte, error) {
+	if size > limit {
+		return dst, tooLarge(size, limit)
+	}
+	if size >= 0 {
+		dst = slices.Grow(dst, int(size))[:size]
+		if _, err := io.ReadFull(rd, dst); err != nil {
+			return dst[:0], invalidArg("failed to read the request body: %v", err)
+		}
+		return dst, nil
+	}
+	for {
+		if len(dst) == cap(dst) {
+			dst = slices.Grow(dst, max(512, len(dst)))
+		}
+		n, err := rd.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if int64(len(dst)) > limit {
+			return dst[:0], tooLarge(-1, limit)
+		}
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst[:0], invalidArg("failed to read the request body: %v", err)
+		}
+	}
+}
+
+// inferHeaderLength reads Inference-Header-Content-Length: the length of the
+// JSON header at the start of the body. Without the header the whole body is
+// JSON; with it set to 0 the body is one raw binary input.
+func inferHeaderLength(r *http.Request, bodyLen int) (n int, given bool, err error) {
+	v := r.Header[hdrInferHeaderLength]
+	if len(v) == 0 {
+		return bodyLen, false, nil
+	}
+	n, perr := strconv.Atoi(strings.TrimSpace(v[0]))
+	if perr != nil {
+		return 0, true, invalidArg("Unable to parse %s, got: %s", hdrInferHeaderLength, v[0])
+	}
+	if n < 0 || n > bodyLen {
+		return 0, true, invalidArg("inference header size should be in range (0, %d), got: %s", bodyLen, v[0])
+	}
+	return n, true, nil
+}
+
+// responseEncoding picks gzip or deflate from Accept-Encoding the way
+// Triton does (highest q among identity, deflate and gzip), or "".
+func responseEncoding(accept string) string {
+	if accept == "" {
+		return ""
+	}
+	best, weight := "identity", 0.0
+	for _, part := range strings.Split(accept, ",") {
+		part = strings.TrimLeft(part, " ")
+		typ, q, hasQ := strings.Cut(part, ";q=")
+		typ = strings.TrimSpace(typ)
+		if typ == "" {
+			continue
+		}
+		w := 1.0
+		if hasQ {
+			f, err := strconv.ParseFloat(strings.TrimSpace(q), 64)
+			if err != nil {
+				continue
+			}
+			w = f
+		}
+		if (typ == "identity" || typ == "deflate" || typ == "gzip") && w > weight {
+			best, weight = typ, w
+		}
+	}
+	if best == "identity" {
+		return ""
+	}
+	return best
+}
+
+// writeInferResponse writes the JSON header of resp followed by the bytes
+// of its binary outputs, which are written straight from resp's Data.
+func (s *Server) writeInferResponse(w http.ResponseWriter, r *http.Request, c *inferCall, resp *backendapi.InferResponse) error {
+	out, binary, err := appendInferResponseJSON(c.out[:0], c, resp)
+	c.out = out
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	if binary > 0 {
+		h[hdrContentType] = ctOctetStream
+		h[hdrInferHeaderLength] = []string{strconv.Itoa(len(out))}
+	} else {
+		h[hdrContentType] = ctJSON
+	}
+	enc := responseEncoding(r.Header.Get("Accept-Encoding"))
+	if enc == "" {
+		total := int64(len(out)) + binary
+		h["Content-Length"] = []string{strconv.FormatInt(total, 10)}
+		w.WriteHeader(http.StatusOK)
+		if _, err := w.Write(out); err != nil {
+			return nil // the client went away; nothing to report to it
+		}
+		return writeBinaryOutputs(w, c, resp)
+	}
+	h["Content-Encoding"] = []string{enc}
+	w.WriteHeader(http.StatusOK)
+	var zw io.WriteCloser
+	if enc == "gzip" {
+		zw = gzip.NewWriter(w)
+	} else {
+		zw = zlib.NewWriter(w)
+	}
+	if _, err := zw.Write(out); err == nil {
+		_ = writeBinaryOutputs(zw, c, resp)
+	}
+	_ = zw.Close()
+	return nil
+}
+
+func writeBinaryOutputs(w io.Writer, c *inferCall, resp *backendapi.InferResponse) error {
+	for i := range resp.Outputs {
+		o := &resp.Outputs[i]
+		if o.SharedMemory != nil || len(o.Data) == 0 || c.kindOf(o.Name) != outBinary {
+			continue
+		}
+		if _, err := w.Write(o.Data); err != nil {
+			return nil // the client went away
+		}
+	}
+	return nil
+}
+
+// appendInferResponseJSON appends the JSON header of an infer response and
+// returns the byte count of the binary outputs that follow it.
+func appendInferResponseJSON(dst []byte, c *inferCall, resp *backendapi.InferResponse) ([]byte, int64, error) {
+	dst = append(dst, '{')
+	if resp.ID != "" {
+		dst = append(dst, `"id":`...)
+		dst = appendJSONString(dst, resp.ID)
+		dst = append(dst, ',')
+	}
+	name := resp.ModelName
+	if name == "" {
+		name = c.req.ModelName
+	}
+	dst = append(dst, `"model_name":`...)
+	dst = appendJSONString(dst, name)
+	dst = append(dst, `,"model_version":"`...)
+	dst = strconv.AppendInt(dst, resp.ModelVersion, 10)
+	dst = append(dst, '"')
+	if len(resp.Parameters) > 0 {
+		dst = append(dst, `,"parameters":`...)
+		dst = appendParamsJSON(dst, resp.Parameters)
+	}
+	dst = append(dst, `,"outputs":[`...)
+	var binary int64
+	for i := range resp.Outputs {
+		o := &resp.Outputs[i]
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"name":`...)
+		dst = appendJSONString(dst, o.Name)
+		dst = append(dst, `,"datatype":"`...)
+		dst = append(dst, o.DataType.String()...)
+		dst = append(dst, `","shape":[`...)
+		for j, d := range o.Shape {
+			if j > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendInt(dst, d, 10)
+		}
+		dst = append(dst, ']')
+		kind := c.kindOf(o.Name)
+		if o.SharedMemory != nil {
+			kind = outSHM
+		}
+		switch kind {
+		case outBinary:
+			dst = append(dst, `,"parameters":{"binary_data_size":`...)
+			dst = strconv.AppendInt(dst, int64(len(o.Data)), 10)
+			dst = append(dst, '}')
+			binary += int64(len(o.Data))
+		case outJSON:
+			dst = append(dst, `,"data":`...)
+			var err error
+			if dst, err = appendJSONData(dst, o.Name, o.DataType, o.Data, ElementCount(o.Shape)); err != nil {
+				return dst, 0, err
+			}
+		}
+		dst = append(dst, '}')
+	}
+	dst = append(dst, "]}"...)
+	return dst, binary, nil
+}
+
+// appendParamsJSON appends a parameter map as a JSON object, keys sorted so
+// that replies are deterministic.
+func appendParamsJSON(dst []byte, params map[string]any) []byte {
+	var stack [16]string
+	keys := stack[:0]
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendJSONValue(dst, params[k])
+	}
+	return append(dst, '}')
+}

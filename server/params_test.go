@@ -1,0 +1,108 @@
+package server
+
+import (
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+func TestApplyRequestParameter(t *testing.T) {
+	tests := []struct {
+		name  string
+		key   string
+		value any
+		want  backendapi.InferRequest
+		err   string
+	}{
+		{"sequence id uint", "sequence_id", uint64(math.MaxUint64), backendapi.InferRequest{CorrelationID: backendapi.CorrelationID{Uint: math.MaxUint64}}, ""},
+		{"sequence id int", "sequence_id", int64(7), backendapi.InferRequest{CorrelationID: backendapi.CorrelationID{Uint: 7}}, ""},
+		{"sequence id string", "sequence_id", "abc", backendapi.InferRequest{CorrelationID: backendapi.CorrelationID{String: "abc", IsText: true}}, ""},
+		{"sequence id negative", "sequence_id", int64(-1), backendapi.InferRequest{}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"},
+		{"sequence id bool", "sequence_id", true, backendapi.InferRequest{}, "Unable to parse 'sequence_id': attempt to access JSON non-string as string"},
+		{"start", "sequence_start", true, backendapi.InferRequest{Flags: backendapi.FlagSequenceStart}, ""},
+		{"end", "sequence_end", true, backendapi.InferRequest{Flags: backendapi.FlagSequenceEnd}, ""},
+		{"start false", "sequence_start", false, backendapi.InferRequest{}, ""},
+		{"start not bool", "sequence_start", int64(1), backendapi.InferRequest{}, "Unable to parse 'sequence_start': attempt to access JSON non-boolean as boolean"},
+		{"priority", "priority", int64(3), backendapi.InferRequest{Priority: 3}, ""},
+		{"priority negative", "priority", int64(-3), backendapi.InferRequest{}, "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer"},
+		{"timeout", "timeout", uint64(1500), backendapi.InferRequest{Timeout: 1500 * time.Microsecond}, ""},
+		{"timeout huge", "timeout", uint64(math.MaxUint64), backendapi.InferRequest{Timeout: math.MaxInt64}, ""},
+		{"timeout float", "timeout", 1.5, backendapi.InferRequest{}, "Unable to parse 'timeout': attempt to access JSON non-unsigned-integer as unsigned-integer"},
+		{"binary_data_output", "binary_data_output", true, backendapi.InferRequest{}, ""},
+		{"binary_data_output not bool", "binary_data_output", "yes", backendapi.InferRequest{}, "Unable to parse 'binary_data_output': attempt to access JSON non-boolean as boolean"},
+		{"reserved", "triton_enable_empty_final_response", true, backendapi.InferRequest{}, "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."},
+		{"custom string", "mode", "fast", backendapi.InferRequest{Parameters: map[string]any{"mode": "fast"}}, ""},
+		{"custom int", "n", int64(-4), backendapi.InferRequest{Parameters: map[string]any{"n": int64(-4)}}, ""},
+		{"custom bool", "b", false, backendapi.InferRequest{Parameters: map[string]any{"b": false}}, ""},
+		{"custom double", "x", 0.25, backendapi.InferRequest{Parameters: map[string]any{"x": 0.25}}, ""},
+		{"custom big uint", "u", uint64(1 << 63), backendapi.InferRequest{Parameters: map[string]any{"u": float64(1 << 63)}}, ""},
+		{"custom null", "z", badParam{}, backendapi.InferRequest{}, "parameter 'z' has invalid type. It should be either 'int', 'bool', or 'string'."},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var req backendapi.InferRequest
+			err := ApplyRequestParameter(&req, tc.key, tc.value)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err || backendapi.CodeOf(err) != backendapi.InvalidArg {
+					t.Fatalf("error = %v (class %v), want INVALID_ARG %q", err, backendapi.CodeOf(err), tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(req, tc.want) {
+				t.Fatalf("request = %+v, want %+v", req, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseModelVersion(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"", 0, ""},
+		{"1", 1, ""},
+		{"0012", 12, ""},
+		{"99999999999999999999", 0, "failed to get model version from specified version string '99999999999999999999' (details: stol), version should be an integral value > 0"},
+		{"-1", 0, "invalid model version specified '-1' , version should be an integral value > 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseModelVersion(tc.in)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("error = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParseModelVersion(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHTTPStatus(t *testing.T) {
+	tests := []struct {
+		code backendapi.Code
+		want int
+	}{
+		{backendapi.Internal, 500}, {backendapi.NotFound, 404}, {backendapi.Unavailable, 503},
+		{backendapi.Unsupported, 501}, {backendapi.Unknown, 400}, {backendapi.InvalidArg, 400},
+		{backendapi.AlreadyExists, 400}, {backendapi.Cancelled, 400},
+	}
+	for _, tc := range tests {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			if got := HTTPStatus(tc.code); got != tc.want {
+				t.Fatalf("HTTPStatus(%v) = %d, want %d", tc.code, got, tc.want)
+			}
+		})
+	}
+}

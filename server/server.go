@@ -1,0 +1,191 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+// ServerName is what server metadata reports. Triton's clients and tests
+// check for exactly this name, so it is Triton's, not ours.
+const ServerName = "triton"
+
+// DefaultMaxInputSize is the default limit on an HTTP request body
+// (Triton's --http-max-input-size default).
+const DefaultMaxInputSize = 64 << 20
+
+// DefaultExtensions lists, in Triton's order, the protocol extensions this
+// front end implements. Whoever builds the server decides what to report
+// (Options.Extensions); a backend that does not support one of them should
+// leave it out.
+var DefaultExtensions = []string{
+	"classification",
+	"sequence",
+	"model_repository",
+	"model_repository(unload_dependents)",
+	"schedule_policy",
+	"model_configuration",
+	"system_shared_memory",
+	"cuda_shared_memory",
+	"binary_tensor_data",
+	"parameters",
+	"statistics",
+	"logging",
+}
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Version is the server version that server metadata reports.
+	Version string
+	// Extensions are the extensions server metadata lists; nil means
+	// DefaultExtensions.
+	Extensions []string
+	// MaxInputSize limits the size of an HTTP request body, after
+	// decompression (default DefaultMaxInputSize).
+	MaxInputSize int64
+	// Logger receives the front end's own logs. It is also the logger
+	// whose level the logging extension (/v2/logging) reads and sets, so
+	// pass the root logger of the process. Nil discards logs.
+	Logger hclog.Logger
+	// ReadHeaderTimeout bounds how long a client may take to send request
+	// headers (default 30s); there is no limit on bodies or on inference.
+	ReadHeaderTimeout time.Duration
+	// BackendTimeout bounds the backend calls made at scrape time by the
+	// metrics handler (default 5s).
+	BackendTimeout time.Duration
+}
+
+// DefaultVersion is the version reported when Options.Version is empty.
+const DefaultVersion = "0.1.0"
+
+// Server serves a backendapi.Backend over HTTP: the KServe v2 API, the
+// status page and, on its own handler, Prometheus metrics.
+type Server struct {
+	backend   backendapi.Backend
+	log       hclog.Logger
+	maxInput  int64
+	metadata  []byte // the GET /v2 reply, built once
+	logging   *logSettings
+	api       http.Handler
+	metrics   http.Handler
+	headerTTL time.Duration
+
+	mu      sync.Mutex
+	servers []*http.Server
+	closed  bool
+}
+
+// New returns a Server for backend.
+func New(backend backendapi.Backend, opts Options) (*Server, error) {
+	if backend == nil {
+		return nil, errors.New("server: new: nil backend")
+	}
+	if opts.Version == "" {
+		opts.Version = DefaultVersion
+	}
+	if opts.Extensions == nil {
+		opts.Extensions = DefaultExtensions
+	}
+	if opts.MaxInputSize <= 0 {
+		opts.MaxInputSize = DefaultMaxInputSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = 30 * time.Second
+	}
+	if opts.BackendTimeout <= 0 {
+		opts.BackendTimeout = 5 * time.Second
+	}
+	md, err := json.Marshal(struct {
+		Name       string   `json:"name"`
+		Version    string   `json:"version"`
+		Extensions []string `json:"extensions"`
+	}{ServerName, opts.Version, opts.Extensions})
+	if err != nil {
+		return nil, fmt.Errorf("server: new: server metadata: %w", err)
+	}
+	s := &Server{
+		backend:   backend,
+		log:       opts.Logger,
+		maxInput:  opts.MaxInputSize,
+		metadata:  md,
+		logging:   newLogSettings(opts.Logger),
+		headerTTL: opts.ReadHeaderTimeout,
+	}
+	s.api = http.HandlerFunc(s.route)
+	s.metrics = newMetricsHandler(backend, opts.BackendTimeout, opts.Logger)
+	return s, nil
+}
+
+// HTTPHandler returns the handler of the HTTP/REST API (KServe v2, Triton
+// extensions, stub status JSON and the status page at /).
+func (s *Server) HTTPHandler() http.Handler { return s.api }
+
+// MetricsHandler returns the handler of the metrics port: Prometheus text
+// at /metrics.
+func (s *Server) MetricsHandler() http.Handler { return s.metrics }
+
+// Serve serves the HTTP/REST API on l until Shutdown. It returns nil after
+// a Shutdown.
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, s.api) }
+
+// ServeMetrics serves the metrics handler on l until Shutdown. It returns
+// nil after a Shutdown.
+func (s *Server) ServeMetrics(l net.Listener) error { return s.serve(l, s.metrics) }
+
+// ErrClosed is returned by Serve and ServeMetrics after Shutdown began.
+var ErrClosed = errors.New("server closed")
+
+func (s *Server) serve(l net.Listener, h http.Handler) error {
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.headerTTL,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = l.Close()
+		return fmt.Errorf("server: serve %s: %w", l.Addr(), ErrClosed)
+	}
+	s.servers = append(s.servers, hs)
+	s.mu.Unlock()
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("server: serve %s: %w", l.Addr(), err)
+}
+
+// Shutdown stops every listener, then waits for in-flight requests until
+// ctx is done, after which it closes the remaining connections.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	servers := s.servers
+	s.servers = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+			_ = hs.Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	return nil
+}
