@@ -409,11 +409,11 @@ func sampleStats() []backendapi.ModelStatistics {
 		LastInference:  time.UnixMilli(1700000000123),
 		InferenceCount: 12, ExecutionCount: 7,
 		Inference: backendapi.InferStats{
-			Success:      backendapi.Duration{Count: 10, Total: 5 * time.Millisecond},
-			Fail:         backendapi.Duration{Count: 2, Total: 1 * time.Millisecond},
-			Queue:        backendapi.Duration{Count: 10, Total: 300 * time.Microsecond},
-			ComputeInput: backendapi.Duration{Count: 10, Total: 100 * time.Microsecond},
-			ComputeInfer: backendapi.Duration{Count: 10, Total: 4 * time.Millisecond},
+			Success:       backendapi.Duration{Count: 10, Total: 5 * time.Millisecond},
+			Fail:          backendapi.Duration{Count: 2, Total: 1 * time.Millisecond},
+			Queue:         backendapi.Duration{Count: 10, Total: 300 * time.Microsecond},
+			ComputeInput:  backendapi.Duration{Count: 10, Total: 100 * time.Microsecond},
+			ComputeInfer:  backendapi.Duration{Count: 10, Total: 4 * time.Millisecond},
 			ComputeOutput: backendapi.Duration{Count: 10, Total: 200 * time.Microsecond},
 		},
 		Batches: []backendapi.BatchStats{
@@ -459,4 +459,3 @@ func bytesTensor(elems ...string) []byte {
 	}
 	return b
 }
-

@@ -104,12 +104,12 @@ func TestJSONScannerStrings(t *testing.T) {
 
 func TestJSONNumbers(t *testing.T) {
 	tests := []struct {
-		doc        string
-		u          uint64
-		uok        bool
-		i          int64
-		iok        bool
-		f32, f64   float64
+		doc      string
+		u        uint64
+		uok      bool
+		i        int64
+		iok      bool
+		f32, f64 float64
 	}{
 		{"0", 0, true, 0, true, 0, 0},
 		{"42", 42, true, 42, true, 42, 42},
