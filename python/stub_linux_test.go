@@ -1,0 +1,617 @@
+package python
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// waitBound bounds every wait on the stub.
+const waitBound = 10 * time.Second
+
+var modelsDir = filepath.Join("..", "testdata", "models")
+
+// interpreter returns the Python the stub needs (Debian's, with numpy and
+// msgpack), or skips the test.
+func interpreter(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("STUBVISOR_PYTHON")
+	if py == "" {
+		py = "/usr/bin/python3"
+	}
+	if out, err := exec.Command(py, "-c", "import numpy, msgpack").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot run the stub (needs numpy and msgpack; make deps installs them): %v: %s", py, err, out)
+	}
+	return py
+}
+
+var (
+	extractOnce sync.Once
+	extractDir  string
+	extractErr  error
+)
+
+// stubPath extracts the embedded stub once per test binary, into a
+// directory removed when the tests end (see TestMain).
+func stubPath(t *testing.T) string {
+	t.Helper()
+	extractOnce.Do(func() {
+		extractDir, extractErr = os.MkdirTemp("", "stubvisor-python-test-")
+		if extractErr == nil {
+			extractDir, extractErr = Extract(extractDir)
+		}
+	})
+	if extractErr != nil {
+		t.Fatal(extractErr)
+	}
+	return extractDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if extractDir != "" {
+		os.RemoveAll(filepath.Dir(extractDir))
+	}
+	os.Exit(code)
+}
+
+// stub is a running Python stub on its own region, with the test as the
+// supervisor.
+type stub struct {
+	t        *testing.T
+	instance string
+	conn     *ipc.Conn
+	cmd      *exec.Cmd
+	stderr   bytes.Buffer
+	waitErr  chan error
+	logs     []*ipc.LogMsg
+	nextID   uint64
+}
+
+func startStub(t *testing.T, instance string) *stub {
+	t.Helper()
+	py := interpreter(t)
+	conn, err := ipc.Create("stubtest-"+instance, ipc.DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stub{t: t, instance: instance, conn: conn, nextID: 100}
+	s.cmd = exec.Command(py, "-m", Module)
+	s.cmd.ExtraFiles = []*os.File{conn.File()}
+	s.cmd.Env = append(os.Environ(), "PYTHONPATH="+stubPath(t), InstanceEnv+"="+instance)
+	s.cmd.Stdout = &s.stderr
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	s.waitErr = make(chan error, 1)
+	go func() { s.waitErr <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		select {
+		case <-s.waitErr:
+		case <-time.After(waitBound):
+			t.Errorf("stub %s did not exit within %v of SIGKILL", instance, waitBound)
+		}
+		s.conn.MarkDead()
+		if err := s.conn.Close(); err != nil {
+			t.Errorf("close region: %v", err)
+		}
+	})
+	hello := s.expect(ipc.KindHello).(*ipc.HelloMsg)
+	if hello.Version != ipc.ProtocolVersion || int(hello.PID) != s.cmd.Process.Pid {
+		t.Fatalf("hello = %+v, want version %d pid %d", hello, ipc.ProtocolVersion, s.cmd.Process.Pid)
+	}
+	return s
+}
+
+func (s *stub) id() uint64 { s.nextID++; return s.nextID }
+
+func (s *stub) send(m ipc.Message) {
+	s.t.Helper()
+	if err := s.conn.Send(m); err != nil {
+		s.t.Fatalf("send %T: %v", m, err)
+	}
+}
+
+// expect returns the next message of kind, keeping Log messages met on the
+// way; any other message fails the test.
+func (s *stub) expect(kind ipc.Kind) ipc.Message {
+	s.t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		m, err := s.conn.Recv(deadline)
+		if err != nil {
+			s.t.Fatalf("waiting for kind %d: %v (stub output: %s)", kind, err, s.stderr.String())
+		}
+		if m.Kind() == kind {
+			return m
+		}
+		if l, ok := m.(*ipc.LogMsg); ok {
+			s.logs = append(s.logs, l)
+			continue
+		}
+		s.t.Fatalf("waiting for kind %d, got %T %+v", kind, m, m)
+	}
+}
+
+// initialize loads a model of testdata/models with its real configuration
+// (config.pbtxt as the supervisor would print it) and the seven args.
+func (s *stub) initialize(model string, decoupled bool) *ipc.ResultMsg {
+	s.t.Helper()
+	dir, err := filepath.Abs(filepath.Join(modelsDir, model))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfg, err := modelconfig.Load(dir)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfgJSON, err := modelconfig.ToJSON(cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	id := s.id()
+	s.send(&ipc.InitializeMsg{
+		ID: id,
+		Args: map[string]string{
+			"model_config":             string(cfgJSON),
+			"model_instance_kind":      "CPU",
+			"model_instance_name":      s.instance,
+			"model_instance_device_id": "0",
+			"model_repository":         dir,
+			"model_version":            "1",
+			"model_name":               model,
+		},
+		Options: map[string]any{
+			"model_file":                   filepath.Join(dir, "1", "model.py"),
+			"decoupled":                    decoupled,
+			"force_cpu_only_input_tensors": true,
+		},
+	})
+	res := s.expect(ipc.KindResult).(*ipc.ResultMsg)
+	if res.ID != id {
+		s.t.Fatalf("result for id %d, want %d", res.ID, id)
+	}
+	return res
+}
+
+func (s *stub) mustInitialize(model string, decoupled bool) {
+	s.t.Helper()
+	if res := s.initialize(model, decoupled); res.Error != nil {
+		s.t.Fatalf("initialize %s: %s", model, res.Error.Message)
+	}
+}
+
+// tensor places data in arena 0 and describes it.
+func (s *stub) tensor(name string, dt backendapi.DataType, shape []int64, data []byte) ipc.Tensor {
+	s.t.Helper()
+	if len(data) == 0 {
+		return ipc.Tensor{Name: name, DataType: uint8(dt), Shape: shape, Loc: ipc.LocNone}
+	}
+	off, b, err := s.conn.Alloc(uint64(len(data)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	copy(b, data)
+	return ipc.Tensor{Name: name, DataType: uint8(dt), Shape: shape, Loc: ipc.LocArena0, Offset: off, Size: uint64(len(data))}
+}
+
+// read returns the bytes of a tensor the stub sent.
+func (s *stub) read(t ipc.Tensor) []byte {
+	s.t.Helper()
+	b, err := s.conn.View(t.Loc, t.Offset, t.Size)
+	if err != nil {
+		s.t.Fatalf("view %s: %v", t.Name, err)
+	}
+	return b
+}
+
+func (s *stub) release(r ipc.Response) {
+	var offs []uint64
+	for _, t := range r.Outputs {
+		if t.Size > 0 {
+			offs = append(offs, t.Offset)
+		}
+	}
+	if len(offs) > 0 {
+		s.send(&ipc.ReleaseMsg{Offsets: offs})
+	}
+}
+
+func f32bytes(v ...float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func f32s(b []byte) []float32 {
+	v := make([]float32, len(b)/4)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+func bytesTensor(items ...string) []byte {
+	var b []byte
+	for _, s := range items {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+func outputs(r ipc.Response) map[string]ipc.Tensor {
+	m := map[string]ipc.Tensor{}
+	for _, t := range r.Outputs {
+		m[t.Name] = t
+	}
+	return m
+}
+
+func TestStubInitializeArgsAndFinalize(t *testing.T) {
+	s := startStub(t, "add_sub_0_0")
+	s.mustInitialize("add_sub", false)
+	id := s.id()
+	s.send(&ipc.IsReadyMsg{ID: id})
+	if res := s.expect(ipc.KindResult).(*ipc.ResultMsg); res.Error != nil || res.Value != true {
+		t.Fatalf("is_ready = %+v", res)
+	}
+	id = s.id()
+	s.send(&ipc.FinalizeMsg{ID: id})
+	if res := s.expect(ipc.KindResult).(*ipc.ResultMsg); res.ID != id || res.Error != nil {
+		t.Fatalf("finalize = %+v", res)
+	}
+	select {
+	case err := <-s.waitErr:
+		if err != nil {
+			t.Fatalf("stub exit after Finalize: %v", err)
+		}
+		s.waitErr <- nil // for the cleanup
+	case <-time.After(waitBound):
+		t.Fatal("stub still running after Finalize")
+	}
+	found := false
+	for _, l := range s.logs {
+		found = found || (l.Message == "add_sub: finalize" && l.File == "model.py" && l.Level == "INFO")
+	}
+	if !found {
+		t.Fatalf("finalize log line missing from %+v", s.logs)
+	}
+}
+
+func TestStubExecuteAddSub(t *testing.T) {
+	s := startStub(t, "add_sub_0_0")
+	s.mustInitialize("add_sub", false)
+	a, b := []float32{1, 2, 3, 4}, []float32{0.5, 0.5, 1, 1}
+	req := func(h uint64, x, y []float32, requested ...string) ipc.Request {
+		return ipc.Request{Handle: h, CorrelationID: uint64(0), RequestedOutputs: requested, Inputs: []ipc.Tensor{
+			s.tensor("INPUT0", backendapi.TypeFP32, []int64{4}, f32bytes(x...)),
+			s.tensor("INPUT1", backendapi.TypeFP32, []int64{4}, f32bytes(y...)),
+		}}
+	}
+	batch := s.id()
+	s.send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{req(1, a, b), req(2, b, a, "OUTPUT1")}})
+	done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+	if done.BatchID != batch || done.Error != nil || len(done.Responses) != 2 {
+		t.Fatalf("execute done = %+v", done)
+	}
+	tests := []struct {
+		name      string
+		resp      ipc.Response
+		handle    uint64
+		wantNames []string
+		want      map[string][]float32
+	}{
+		{"all outputs", done.Responses[0], 1, []string{"OUTPUT0", "OUTPUT1"},
+			map[string][]float32{"OUTPUT0": {1.5, 2.5, 4, 5}, "OUTPUT1": {0.5, 1.5, 2, 3}}},
+		{"requested subset", done.Responses[1], 2, []string{"OUTPUT1"},
+			map[string][]float32{"OUTPUT1": {-0.5, -1.5, -2, -3}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.resp.Handle != tc.handle || tc.resp.Flags != ipc.FlagFinal || tc.resp.Error != nil {
+				t.Fatalf("response = %+v", tc.resp)
+			}
+			outs := outputs(tc.resp)
+			if len(outs) != len(tc.wantNames) {
+				t.Fatalf("outputs %v, want %v", outs, tc.wantNames)
+			}
+			for name, want := range tc.want {
+				o := outs[name]
+				if o.Loc != ipc.LocArena1 || o.DataType != uint8(backendapi.TypeFP32) {
+					t.Fatalf("%s = %+v", name, o)
+				}
+				if got := f32s(s.read(o)); !equalF32(got, want) {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+		})
+	}
+	for _, r := range done.Responses {
+		s.release(r)
+	}
+	waitStubPoolEmpty(t, s)
+}
+
+func equalF32(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// waitStubPoolEmpty waits (bounded) until the stub has freed every block
+// of its arena, which it does as it reads Release messages.
+func waitStubPoolEmpty(t *testing.T, s *stub) {
+	t.Helper()
+	deadline := time.Now().Add(waitBound)
+	for {
+		_, peer := s.conn.Usage()
+		if peer.InUse == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stub arena still holds %d bytes", peer.InUse)
+		}
+		// Ask for a round trip: once its Result arrives, every Release
+		// sent before it has been handled.
+		id := s.id()
+		s.send(&ipc.IsReadyMsg{ID: id})
+		s.expect(ipc.KindResult)
+	}
+}
+
+func TestStubBytesIdentity(t *testing.T) {
+	s := startStub(t, "identity_all_0_0")
+	s.mustInitialize("identity_all", false)
+	items := []string{"hello", "", "\x00bin\xff", strings.Repeat("x", 1000)}
+	s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{
+		Handle: 5, CorrelationID: "sequence-7",
+		Inputs: []ipc.Tensor{
+			s.tensor("INPUT_STRING", backendapi.TypeBytes, []int64{4}, bytesTensor(items...)),
+			s.tensor("INPUT_BOOL", backendapi.TypeBool, []int64{2}, []byte{1, 0}),
+		},
+	}}})
+	done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+	if done.Error != nil {
+		t.Fatalf("execute failed: %s", done.Error.Message)
+	}
+	outs := outputs(done.Responses[0])
+	str := outs["OUTPUT_STRING"]
+	if str.DataType != uint8(backendapi.TypeBytes) || len(str.Shape) != 1 || str.Shape[0] != 4 {
+		t.Fatalf("OUTPUT_STRING = %+v", str)
+	}
+	if got, want := s.read(str), bytesTensor(items...); !bytes.Equal(got, want) {
+		t.Errorf("OUTPUT_STRING bytes = %q, want %q", got, want)
+	}
+	if got := s.read(outs["OUTPUT_BOOL"]); !bytes.Equal(got, []byte{1, 0}) {
+		t.Errorf("OUTPUT_BOOL = %v", got)
+	}
+}
+
+func TestStubDecoupledRepeat(t *testing.T) {
+	s := startStub(t, "repeat_decoupled_0_0")
+	s.mustInitialize("repeat_decoupled", true)
+	in := []int32{10, 20, 30}
+	inBytes := make([]byte, 0, 12)
+	for _, v := range in {
+		inBytes = binary.LittleEndian.AppendUint32(inBytes, uint32(v))
+	}
+	s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{
+		Handle: 9, CorrelationID: uint64(0),
+		Inputs: []ipc.Tensor{
+			s.tensor("IN", backendapi.TypeInt32, []int64{3}, inBytes),
+			s.tensor("DELAY", backendapi.TypeUint32, []int64{3}, make([]byte, 12)),
+			s.tensor("WAIT", backendapi.TypeUint32, []int64{1}, make([]byte, 4)),
+		},
+	}}})
+	var responses []ipc.Response
+	gotDone := false
+	deadline := time.Now().Add(waitBound)
+	for !gotDone || len(responses) == 0 || responses[len(responses)-1].Flags&ipc.FlagFinal == 0 {
+		m, err := s.conn.Recv(deadline)
+		if err != nil {
+			t.Fatalf("recv: %v (got %d responses, done %v)", err, len(responses), gotDone)
+		}
+		switch m := m.(type) {
+		case *ipc.ExecuteDoneMsg:
+			if m.Error != nil || len(m.Responses) != 0 {
+				t.Fatalf("decoupled execute done = %+v", m)
+			}
+			gotDone = true
+		case *ipc.ResponseMsg:
+			responses = append(responses, m.Response)
+		case *ipc.LogMsg:
+		default:
+			t.Fatalf("unexpected %T", m)
+		}
+	}
+	if len(responses) != len(in)+1 {
+		t.Fatalf("got %d responses, want %d plus the final flag", len(responses), len(in))
+	}
+	for i, r := range responses[:len(in)] {
+		outs := outputs(r)
+		idx := binary.LittleEndian.Uint32(s.read(outs["IDX"]))
+		out := int32(binary.LittleEndian.Uint32(s.read(outs["OUT"])))
+		if r.Handle != 9 || r.Flags != 0 || idx != uint32(i) || out != in[i] {
+			t.Errorf("response %d: handle %d flags %d IDX %d OUT %d", i, r.Handle, r.Flags, idx, out)
+		}
+		s.release(r)
+	}
+	if final := responses[len(in)]; final.Flags != ipc.FlagFinal || len(final.Outputs) != 0 || final.Error != nil {
+		t.Errorf("final response = %+v", final)
+	}
+	waitStubPoolEmpty(t, s)
+}
+
+func TestStubErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		model    string
+		run      func(t *testing.T, s *stub) *ipc.Error
+		wantCode backendapi.Code
+		want     []string
+	}{
+		{
+			name:  "initialize raises",
+			model: "init_fails",
+			run: func(t *testing.T, s *stub) *ipc.Error {
+				return s.initialize("init_fails", false).Error
+			},
+			wantCode: backendapi.Internal,
+			want:     []string{"ValueError: init_fails: initialize refuses to load this model (instance init_fails_0_0)", "init_fails/1/model.py", "check_resources"},
+		},
+		{
+			name:  "execute raises",
+			model: "execute_raises",
+			run: func(t *testing.T, s *stub) *ipc.Error {
+				s.mustInitialize("execute_raises", false)
+				s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
+					Inputs: []ipc.Tensor{s.tensor("INPUT0", backendapi.TypeFP32, []int64{1}, f32bytes(1))}}}})
+				done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+				if len(done.Responses) != 0 {
+					t.Errorf("failed batch carried %d responses", len(done.Responses))
+				}
+				return done.Error
+			},
+			wantCode: backendapi.Internal,
+			want:     []string{"Failed to process the request(s) for model 'execute_raises_0_0', message: RuntimeError: execute_raises: failing a batch of 1 request(s) on purpose", "execute_raises/1/model.py"},
+		},
+		{
+			name:  "per-response code",
+			model: "error_codes",
+			run: func(t *testing.T, s *stub) *ipc.Error {
+				s.mustInitialize("error_codes", false)
+				s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
+					ParametersJSON: `{"error_code": "UNAVAILABLE"}`}}})
+				done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+				if done.Error != nil || len(done.Responses) != 1 {
+					t.Fatalf("execute done = %+v", done)
+				}
+				return done.Responses[0].Error
+			},
+			wantCode: backendapi.Unavailable,
+			want:     []string{"error_codes: UNAVAILABLE"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startStub(t, tc.model+"_0_0")
+			e := tc.run(t, s)
+			if e == nil {
+				t.Fatal("no error")
+			}
+			if backendapi.Code(e.Code) != tc.wantCode {
+				t.Errorf("code %v, want %v", backendapi.Code(e.Code), tc.wantCode)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(e.Message, w) {
+					t.Errorf("message %q lacks %q", e.Message, w)
+				}
+			}
+		})
+	}
+}
+
+func TestStubAutoComplete(t *testing.T) {
+	s := startStub(t, "auto_complete")
+	dir, err := filepath.Abs(filepath.Join(modelsDir, "auto_complete"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := modelconfig.Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgJSON, err := modelconfig.ToJSON(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.id()
+	s.send(&ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": filepath.Join(dir, "1", "model.py")}, ConfigJSON: string(cfgJSON)})
+	res := s.expect(ipc.KindResult).(*ipc.ResultMsg)
+	if res.Error != nil {
+		t.Fatalf("auto-complete failed: %s", res.Error.Message)
+	}
+	text, ok := res.Value.(string)
+	if !ok {
+		t.Fatalf("auto-complete value %T, want the config JSON", res.Value)
+	}
+	completed, err := modelconfig.FromJSON([]byte(text))
+	if err != nil {
+		t.Fatalf("completed config does not parse: %v\n%s", err, text)
+	}
+	if len(completed.Input) != 1 || completed.Input[0].Name != "INPUT0" || len(completed.Output) != 1 ||
+		completed.MaxBatchSize != 8 || completed.GetDynamicBatching() == nil {
+		t.Fatalf("completed config = %v", completed)
+	}
+}
+
+func TestStubExitsWhenRegionMarkedDead(t *testing.T) {
+	s := startStub(t, "identity_fp32_0_0")
+	s.mustInitialize("identity_fp32", false)
+	s.conn.MarkDead()
+	select {
+	case err := <-s.waitErr:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("stub exit = %v, want status 1", err)
+		}
+		s.waitErr <- err
+	case <-time.After(waitBound):
+		t.Fatal("stub still running after the region was marked dead")
+	}
+}
+
+// TestTestModelsConfigs checks that every Python model of the shared
+// repository has a configuration the server accepts.
+func TestTestModelsConfigs(t *testing.T) {
+	entries, err := os.ReadDir(modelsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		dir := filepath.Join(modelsDir, e.Name())
+		if _, err := os.Stat(filepath.Join(dir, "1", "model.py")); err != nil {
+			continue
+		}
+		t.Run(e.Name(), func(t *testing.T) {
+			cfg, err := modelconfig.Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == "auto_complete" {
+				return // completed by its model.py, not valid before
+			}
+			if err := modelconfig.Validate(cfg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := json.Marshal(cfg); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
