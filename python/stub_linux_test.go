@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,7 +27,7 @@ var modelsDir = filepath.Join("..", "testdata", "models")
 
 // interpreter returns the Python the stub needs (Debian's, with numpy and
 // msgpack), or skips the test.
-func interpreter(t *testing.T) string {
+func interpreter(t testing.TB) string {
 	t.Helper()
 	py := os.Getenv("STUBVISOR_PYTHON")
 	if py == "" {
@@ -46,7 +47,7 @@ var (
 
 // stubPath extracts the embedded stub once per test binary, into a
 // directory removed when the tests end (see TestMain).
-func stubPath(t *testing.T) string {
+func stubPath(t testing.TB) string {
 	t.Helper()
 	extractOnce.Do(func() {
 		extractDir, extractErr = os.MkdirTemp("", "stubvisor-python-test-")
@@ -71,7 +72,7 @@ func TestMain(m *testing.M) {
 // stub is a running Python stub on its own region, with the test as the
 // supervisor.
 type stub struct {
-	t        *testing.T
+	t        testing.TB
 	instance string
 	conn     *ipc.Conn
 	cmd      *exec.Cmd
@@ -81,7 +82,7 @@ type stub struct {
 	nextID   uint64
 }
 
-func startStub(t *testing.T, instance string) *stub {
+func startStub(t testing.TB, instance string) *stub {
 	t.Helper()
 	py := interpreter(t)
 	conn, err := ipc.Create("stubtest-"+instance, ipc.DefaultSettings())
@@ -365,7 +366,7 @@ func equalF32(a, b []float32) bool {
 
 // waitStubPoolEmpty waits (bounded) until the stub has freed every block
 // of its arena, which it does as it reads Release messages.
-func waitStubPoolEmpty(t *testing.T, s *stub) {
+func waitStubPoolEmpty(t testing.TB, s *stub) {
 	t.Helper()
 	deadline := time.Now().Add(waitBound)
 	for {
@@ -614,4 +615,44 @@ func TestTestModelsConfigs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkStubIdentityFP32 measures one execute round trip, supervisor ->
+// stub -> identity model -> supervisor, for a 16xFP32 input, including the
+// Release of the output. Its p50 target is 20 us (docs: performance).
+func BenchmarkStubIdentityFP32(b *testing.B) {
+	s := startStub(b, "identity_fp32_0_0")
+	s.mustInitialize("identity_fp32", false)
+	in := s.tensor("INPUT0", backendapi.TypeFP32, []int64{16}, f32bytes(make([]float32, 16)...))
+	req := []ipc.Request{{Handle: 1, CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}}}
+	round := func(i int) {
+		if err := s.conn.Send(&ipc.ExecuteMsg{BatchID: uint64(i), Requests: req}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := s.conn.Recv(time.Now().Add(waitBound))
+		if err != nil {
+			b.Fatal(err)
+		}
+		done, ok := m.(*ipc.ExecuteDoneMsg)
+		if !ok || done.Error != nil || len(done.Responses) != 1 {
+			b.Fatalf("unexpected %+v", m)
+		}
+		if err := s.conn.Send(&ipc.ReleaseMsg{Offsets: []uint64{done.Responses[0].Outputs[0].Offset}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 1000 { // warm up the interpreter's caches
+		round(i)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		round(i)
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-us")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-us")
 }
