@@ -2,6 +2,7 @@ package python
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -116,7 +117,8 @@ func TestExtractBadParent(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Extract(filepath.Join(file, "sub")); err == nil {
-		t.Fatal("Extract under a regular file succeeded")
+	_, err := Extract(filepath.Join(file, "sub"))
+	if !errors.Is(err, ErrExtract) {
+		t.Fatalf("Extract under a regular file: %v, want an ErrExtract", err)
 	}
 }

@@ -72,6 +72,15 @@ _PUMP_SLICE = 0.02
 _HEARTBEAT_PERIOD = 0.1
 _IS_READY_TIMEOUT = 5.0
 _CANCELLED_MAX = 65536
+_TEXT_MAX = 16384
+
+
+def _clip(text, limit=_TEXT_MAX):
+    """Keep a text within what one frame carries (a frame holds at most
+    half a ring; tracebacks and log lines can be longer)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + "... (%d more characters)" % (len(text) - limit)
 
 
 def _exit_now(code):
@@ -370,6 +379,9 @@ class Host:
             self._free_owned([o[4] for o in outputs if o[5]])
             return [request._handle, flags, [_INTERNAL, "Failed to allocate the response outputs in the shared "
                                              "memory pool: %s" % (exc,)], [], ""]
+        except BaseException:
+            self._free_owned([o[4] for o in outputs if o[5]])
+            raise
         return [request._handle, flags, None, outputs, response._params]
 
     # ------------------------------------------------------------------
@@ -394,11 +406,11 @@ class Host:
         return self.initialized and not self.finalizing
 
     def log(self, level, message, filename, line):
-        self._send([_K_LOG, 0, level, message, filename, line])
+        self._send([_K_LOG, 0, level, _clip(message), filename, line])
 
     def _diag(self, level, message):
         frame = sys._getframe(1)
-        self._send([_K_LOG, 0, level, message, os.path.basename(frame.f_code.co_filename), frame.f_lineno])
+        self._send([_K_LOG, 0, level, _clip(message), os.path.basename(frame.f_code.co_filename), frame.f_lineno])
 
     # ------------------------------------------------------------------
     # Commands.
@@ -427,7 +439,7 @@ class Host:
                                 + "' must return a valid pb.ModelConfig object.")
             result = json.dumps(config._model_config)
         except Exception as exc:
-            text = describe(exc)
+            text = _clip(describe(exc))
             self._diag("ERROR", "Failed to initialize Python stub for auto-complete: " + text)
             self._reply(msg_id, [_INTERNAL, text], None)
             return
@@ -451,7 +463,7 @@ class Host:
             self.initialized = True
         except Exception as exc:
             self.model = None
-            text = describe(exc)
+            text = _clip(describe(exc))
             self._diag("ERROR", "Failed to initialize Python stub: " + text)
             self._reply(msg_id, [_INTERNAL, text], None)
             return
@@ -535,7 +547,14 @@ class Host:
             self._fail_batch(batch_id, requests, exc)
             return
         wire = self._wire_response
-        out = [wire(req, resp, _FINAL) for req, resp in responses]
+        out = []
+        try:
+            for req, resp in responses:
+                out.append(wire(req, resp, _FINAL))
+        except Exception as exc:
+            self._free_owned([t[4] for r in out for t in r[3] if t[5]])
+            self._fail_batch(batch_id, requests, exc)
+            return
         self._send([_K_EXECUTE_DONE, batch_id, None, out])
         if self._cancelled and not self.decoupled:
             for req in requests:
@@ -575,7 +594,7 @@ class Host:
         return pairs
 
     def _batch_error_text(self, exc):
-        return "Failed to process the request(s) for model '" + self.instance + "', message: " + describe(exc)
+        return _clip("Failed to process the request(s) for model '" + self.instance + "', message: " + describe(exc))
 
     def _fail_batch(self, batch_id, requests, exc):
         text = self._batch_error_text(exc)

@@ -279,6 +279,13 @@ class ExecuteTest(StubTest):
             source = f.read().splitlines()
         self.assertIn("log_warn", source[line - 1])
 
+    def test_huge_log_line_is_clipped(self):
+        stub = self.loaded("behaviours", models=TEST_MODELS)
+        stub.execute([stub.request(1, [], params={"mode": "huge_log"})])
+        self.assertIsNone(stub.expect(K.KIND_EXECUTE_DONE)[2])
+        message = [log for log in stub.logs if log[3].startswith("yyy")][0][3]
+        self.assertTrue(message.endswith("... (983616 more characters)"), message[-40:])
+
     def test_async_execute_non_decoupled(self):
         stub = self.loaded("behaviours", models=TEST_MODELS)
         stub.execute([stub.request(1, [], params={"mode": "async"})])

@@ -78,6 +78,10 @@ class TritonPythonModel:
         pb_utils.Logger.log_warn("behaviours: a warning")
         return [respond(0) for _ in requests]
 
+    def mode_huge_log(self, requests):
+        pb_utils.Logger.log_info("y" * 1_000_000)
+        return [respond(0) for _ in requests]
+
     def mode_outputs(self, requests):
         # Three outputs; the stub keeps only the requested ones.
         return [
