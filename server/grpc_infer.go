@@ -1,0 +1,660 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+// Texts and keys of Triton's gRPC inference handlers (infer_handler.cc,
+// stream_infer_handler.cc).
+const (
+	msgDecoupledGRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+	// ParamEnableEmptyFinalResponse asks for an empty response carrying
+	// only the final flag when a decoupled model completes a request
+	// without a response.
+	ParamEnableEmptyFinalResponse = "triton_enable_empty_final_response"
+	// ParamFinalResponse is set on every streamed response: true on the
+	// last one of a request.
+	ParamFinalResponse = "triton_final_response"
+	// HeaderGRPCError is the stream metadata key that, set to "true", makes
+	// the first error end the stream with a gRPC status instead of an
+	// in-band error_message.
+	HeaderGRPCError = "triton_grpc_error"
+)
+
+// Shared memory parameters of inputs and outputs.
+const (
+	paramShmRegion   = "shared_memory_region"
+	paramShmOffset   = "shared_memory_offset"
+	paramShmByteSize = "shared_memory_byte_size"
+	paramClassify    = "classification"
+)
+
+// grpcInferOptions are the request settings that only the gRPC front end
+// acts on.
+type grpcInferOptions struct {
+	emptyFinal bool
+}
+
+// parseGRPCInfer turns a ModelInferRequest into ir. Input data is aliased,
+// not copied: raw_input_contents entries and fixed-size typed contents of
+// the right width become InputTensor.Data directly, so ir is valid only
+// while req is.
+func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grpcInferOptions, error) {
+	var opts grpcInferOptions
+	model := req.GetModelName()
+	version, err := ParseModelVersion(req.GetModelVersion())
+	if err != nil {
+		return opts, err
+	}
+	ir.ModelName, ir.ModelVersion, ir.ID = model, version, req.GetId()
+	for key, p := range req.GetParameters() {
+		if err := applyGRPCParameter(ir, &opts, key, p); err != nil {
+			return opts, err
+		}
+	}
+	raw := req.GetRawInputContents()
+	next := 0
+	ir.Inputs = make([]backendapi.InputTensor, len(req.GetInputs()))
+	for i, io := range req.GetInputs() {
+		in := &ir.Inputs[i]
+		in.Name = io.GetName()
+		in.DataType = ParseWireDataType(io.GetDatatype())
+		in.Shape = io.GetShape()
+		if in.Shape == nil {
+			in.Shape = []int64{}
+		}
+		shm, err := grpcShmRef(io.GetParameters(), in.Name)
+		if err != nil {
+			return opts, err
+		}
+		switch {
+		case shm != nil:
+			if io.Contents != nil {
+				return opts, invalidArg("unexpected 'content' provided when using shared memory for input tensor '%s' for model '%s'", in.Name, model)
+			}
+			in.SharedMemory = shm
+		case io.Contents != nil && len(raw) > 0:
+			return opts, invalidArg("contents field must not be specified when using raw_input_contents for '%s' for model '%s'", in.Name, model)
+		case io.Contents != nil:
+			if in.Data, err = contentsToBinary(io.Contents, in.DataType, in.Name, model); err != nil {
+				return opts, err
+			}
+		case next < len(raw):
+			in.Data = raw[next]
+			if in.Data == nil {
+				in.Data = []byte{}
+			}
+			next++
+		default:
+			return opts, invalidArg("unable to find data for input tensor '%s' for model '%s' in request.", in.Name, model)
+		}
+	}
+	if len(req.GetOutputs()) > 0 {
+		ir.Outputs = make([]backendapi.RequestedOutput, len(req.GetOutputs()))
+		for i, o := range req.GetOutputs() {
+			out := &ir.Outputs[i]
+			out.Name = o.GetName()
+			if p, ok := o.GetParameters()[paramClassify]; ok {
+				v, ok := p.GetParameterChoice().(*pb.InferParameter_Int64Param)
+				if !ok || v.Int64Param < 0 {
+					return opts, invalidArg("invalid value type for '%s' parameter, expected int64_param.", paramClassify)
+				}
+				out.Classification = uint32(min(v.Int64Param, math.MaxUint32))
+			}
+			if out.SharedMemory, err = grpcShmRef(o.GetParameters(), out.Name); err != nil {
+				return opts, err
+			}
+			if out.SharedMemory != nil && out.Classification > 0 {
+				return opts, invalidArg("Output can't set both 'shared_memory_region' and 'classification'")
+			}
+		}
+	}
+	return opts, nil
+}
+
+// applyGRPCParameter applies one request-level parameter with the typing
+// rules of Triton's gRPC front end, then defers to ApplyRequestParameter,
+// which both front ends share.
+func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key string, p *pb.InferParameter) error {
+	var value any
+	switch v := p.GetParameterChoice().(type) {
+	case *pb.InferParameter_BoolParam:
+		value = v.BoolParam
+	case *pb.InferParameter_Int64Param:
+		value = v.Int64Param
+	case *pb.InferParameter_Uint64Param:
+		value = v.Uint64Param
+	case *pb.InferParameter_StringParam:
+		value = v.StringParam
+	case *pb.InferParameter_DoubleParam:
+		value = v.DoubleParam
+	}
+	wrongType := func(expected string) error {
+		return invalidArg("invalid value type for '%s' parameter, expected %s.", key, expected)
+	}
+	switch key {
+	case ParamSequenceID:
+		switch value.(type) {
+		case int64, string:
+		default:
+			return wrongType("int64_param or string_param")
+		}
+	case ParamSequenceStart, ParamSequenceEnd:
+		if _, ok := value.(bool); !ok {
+			return wrongType("bool_param")
+		}
+	case ParamPriority:
+		switch v := value.(type) {
+		case int64:
+			if v < 0 {
+				return invalidArg("invalid value for 'priority', expected value >= 0.")
+			}
+		case uint64:
+		default:
+			return wrongType("int64_param or uint64_param")
+		}
+	case ParamTimeout:
+		v, ok := value.(int64)
+		if !ok {
+			return wrongType("int64_param")
+		}
+		value = uint64(max(v, 0))
+	case ParamEnableEmptyFinalResponse:
+		b, ok := value.(bool)
+		if !ok {
+			return wrongType("bool_param")
+		}
+		opts.emptyFinal = b
+		return nil
+	default:
+		if len(key) >= 7 && key[:7] == "triton_" {
+			return invalidArg("parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: %s", ParamEnableEmptyFinalResponse)
+		}
+		switch value.(type) {
+		case int64, bool, string, float64:
+		default:
+			return wrongType("int64_param, bool_param, or string_param")
+		}
+	}
+	return ApplyRequestParameter(ir, key, value)
+}
+
+// grpcShmRef reads the shared memory parameters of an input or output, or
+// returns nil when it has none.
+func grpcShmRef(params map[string]*pb.InferParameter, tensor string) (*backendapi.SharedMemoryRef, error) {
+	p, ok := params[paramShmRegion]
+	if !ok {
+		return nil, nil
+	}
+	region, ok := p.GetParameterChoice().(*pb.InferParameter_StringParam)
+	if !ok {
+		return nil, invalidArg("invalid value type for '%s' parameter for '%s', expected string_param.", paramShmRegion, tensor)
+	}
+	ref := &backendapi.SharedMemoryRef{Region: region.StringParam}
+	readInt := func(key string, required bool) (uint64, error) {
+		p, ok := params[key]
+		if !ok {
+			if required {
+				return 0, invalidArg("'%s' must be specified along with '%s' for '%s'", key, paramShmRegion, tensor)
+			}
+			return 0, nil
+		}
+		switch v := p.GetParameterChoice().(type) {
+		case *pb.InferParameter_Int64Param:
+			if v.Int64Param >= 0 {
+				return uint64(v.Int64Param), nil
+			}
+		case *pb.InferParameter_Uint64Param:
+			return v.Uint64Param, nil
+		}
+		return 0, invalidArg("invalid value type for '%s' parameter for '%s', expected int64_param.", key, tensor)
+	}
+	var err error
+	if ref.ByteSize, err = readInt(paramShmByteSize, true); err != nil {
+		return nil, err
+	}
+	if ref.Offset, err = readInt(paramShmOffset, false); err != nil {
+		return nil, err
+	}
+	return ref, nil
+}
+
+// contentsToBinary converts the typed contents of an input to the binary
+// tensor form. Exactly one typed field may hold data, and it must be the
+// field of the input's datatype (int_contents for INT8/16/32,
+// uint_contents for UINT8/16/32); FP16 and BF16 have no typed field.
+func contentsToBinary(c *pb.InferTensorContents, dt backendapi.DataType, name, model string) ([]byte, error) {
+	var data []byte
+	set := false
+	check := func(field backendapi.DataType) error {
+		if set {
+			return invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s', binary data was already supplied.", name, model)
+		}
+		set = true
+		if field != dt {
+			return invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s' of type '%s', expected datatype '%s'", name, model, field, dt)
+		}
+		return nil
+	}
+	if v := c.GetBoolContents(); len(v) > 0 {
+		if err := check(backendapi.TypeBool); err != nil {
+			return nil, err
+		}
+		data = make([]byte, len(v))
+		for i, b := range v {
+			if b {
+				data[i] = 1
+			}
+		}
+	}
+	if v := c.GetIntContents(); len(v) > 0 {
+		field := backendapi.TypeInt32
+		if dt == backendapi.TypeInt8 || dt == backendapi.TypeInt16 {
+			field = dt
+		}
+		if err := check(field); err != nil {
+			return nil, err
+		}
+		data = appendInts(make([]byte, 0, len(v)*dt.Size()), v, dt.Size())
+	}
+	if v := c.GetInt64Contents(); len(v) > 0 {
+		if err := check(backendapi.TypeInt64); err != nil {
+			return nil, err
+		}
+		data = make([]byte, 0, len(v)*8)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint64(data, uint64(x))
+		}
+	}
+	if v := c.GetUintContents(); len(v) > 0 {
+		field := backendapi.TypeUint32
+		if dt == backendapi.TypeUint8 || dt == backendapi.TypeUint16 {
+			field = dt
+		}
+		if err := check(field); err != nil {
+			return nil, err
+		}
+		data = make([]byte, 0, len(v)*dt.Size())
+		for _, x := range v {
+			switch dt.Size() {
+			case 1:
+				data = append(data, byte(x))
+			case 2:
+				data = binary.LittleEndian.AppendUint16(data, uint16(x))
+			default:
+				data = binary.LittleEndian.AppendUint32(data, x)
+			}
+		}
+	}
+	if v := c.GetUint64Contents(); len(v) > 0 {
+		if err := check(backendapi.TypeUint64); err != nil {
+			return nil, err
+		}
+		data = make([]byte, 0, len(v)*8)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint64(data, x)
+		}
+	}
+	if v := c.GetFp32Contents(); len(v) > 0 {
+		if err := check(backendapi.TypeFP32); err != nil {
+			return nil, err
+		}
+		data = make([]byte, 0, len(v)*4)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(x))
+		}
+	}
+	if v := c.GetFp64Contents(); len(v) > 0 {
+		if err := check(backendapi.TypeFP64); err != nil {
+			return nil, err
+		}
+		data = make([]byte, 0, len(v)*8)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint64(data, math.Float64bits(x))
+		}
+	}
+	if v := c.GetBytesContents(); len(v) > 0 {
+		if err := check(backendapi.TypeBytes); err != nil {
+			return nil, err
+		}
+		n := 0
+		for _, e := range v {
+			n += 4 + len(e)
+		}
+		data = make([]byte, 0, n)
+		for _, e := range v {
+			data = AppendBytesElement(data, e)
+		}
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	return data, nil
+}
+
+func appendInts(dst []byte, v []int32, size int) []byte {
+	for _, x := range v {
+		switch size {
+		case 1:
+			dst = append(dst, byte(x))
+		case 2:
+			dst = binary.LittleEndian.AppendUint16(dst, uint16(x))
+		default:
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(x))
+		}
+	}
+	return dst
+}
+
+// grpcParameter converts a response parameter value.
+func grpcParameter(v any) *pb.InferParameter {
+	switch x := v.(type) {
+	case bool:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: x}}
+	case int64:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: x}}
+	case int:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(x)}}
+	case uint64:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: x}}
+	case float64:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: x}}
+	case string:
+		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: x}}
+	}
+	return nil
+}
+
+// buildGRPCResponse copies resp into a ModelInferResponse: one outputs
+// entry and one raw_output_contents entry per output, in order (empty for
+// outputs written to shared memory), which is how tritonclient indexes
+// them. All output bytes share one allocation. resp may be released once
+// this returns.
+func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferRequest) *pb.ModelInferResponse {
+	name := resp.ModelName
+	if name == "" {
+		name = ir.ModelName
+	}
+	id := resp.ID
+	if id == "" {
+		id = ir.ID
+	}
+	out := &pb.ModelInferResponse{
+		ModelName:         name,
+		ModelVersion:      strconv.FormatInt(resp.ModelVersion, 10),
+		Id:                id,
+		Outputs:           make([]*pb.ModelInferResponse_InferOutputTensor, len(resp.Outputs)),
+		RawOutputContents: make([][]byte, len(resp.Outputs)),
+	}
+	if len(resp.Parameters) > 0 {
+		out.Parameters = make(map[string]*pb.InferParameter, len(resp.Parameters)+1)
+		for k, v := range resp.Parameters {
+			if p := grpcParameter(v); p != nil {
+				out.Parameters[k] = p
+			}
+		}
+	}
+	total := 0
+	for i := range resp.Outputs {
+		if resp.Outputs[i].SharedMemory == nil {
+			total += len(resp.Outputs[i].Data)
+		}
+	}
+	buf := make([]byte, 0, total)
+	tensors := make([]pb.ModelInferResponse_InferOutputTensor, len(resp.Outputs))
+	for i := range resp.Outputs {
+		o := &resp.Outputs[i]
+		t := &tensors[i]
+		t.Name, t.Datatype, t.Shape = o.Name, o.DataType.String(), o.Shape
+		out.Outputs[i] = t
+		if o.SharedMemory != nil {
+			out.RawOutputContents[i] = []byte{}
+			continue
+		}
+		at := len(buf)
+		buf = append(buf, o.Data...)
+		out.RawOutputContents[i] = buf[at:len(buf):len(buf)]
+	}
+	return out
+}
+
+// ModelInfer runs one request on a non-decoupled model.
+func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	var ir backendapi.InferRequest
+	if _, err := parseGRPCInfer(req, &ir); err != nil {
+		return nil, grpcError(g.requestError(ctx, req, err))
+	}
+	resp, err := g.backend.Infer(ctx, &ir)
+	if err != nil {
+		if errors.Is(err, backendapi.ErrDecoupled) {
+			err = backendapi.Errorf(backendapi.Unsupported, "%s", msgDecoupledGRPC)
+		}
+		if g.log.IsDebug() {
+			g.log.Debug("grpc infer failed", "model", ir.ModelName, "error", err)
+		}
+		return nil, grpcError(err)
+	}
+	out := buildGRPCResponse(resp, &ir)
+	resp.Release()
+	return out, nil
+}
+
+// requestError picks the error to report for a request that failed to
+// parse: Triton resolves the model before it reads the inputs, so an
+// unknown model (or a decoupled one, on ModelInfer) wins over a malformed
+// input. This costs a lookup only on the error path.
+func (g *GRPCServer) requestError(ctx context.Context, req *pb.ModelInferRequest, parseErr error) error {
+	version, err := ParseModelVersion(req.GetModelVersion())
+	if err != nil {
+		return err
+	}
+	if _, err := g.backend.ModelConfig(ctx, req.GetModelName(), version); err != nil {
+		return err
+	}
+	return parseErr
+}
+
+// streamState is one ModelStreamInfer call.
+type streamState struct {
+	g      *GRPCServer
+	stream grpc.BidiStreamingServer[pb.ModelInferRequest, pb.ModelStreamInferResponse]
+	ctx    context.Context
+	cancel context.CancelFunc
+	// statusOnError: the first error ends the stream with a status
+	// (HeaderGRPCError).
+	statusOnError bool
+
+	mu     sync.Mutex // serialises Send and guards the fields below
+	closed bool       // nothing more may be sent
+	fatal  error      // the status the stream ends with
+	wg     sync.WaitGroup
+	seq    map[backendapi.CorrelationID]chan struct{}
+}
+
+// ModelStreamInfer serves a bidirectional stream: every request runs
+// concurrently with the others (responses of different requests may
+// interleave) except that requests of one sequence run in arrival order.
+// A decoupled model may send any number of responses per request, each
+// with the triton_final_response parameter. Errors travel in-band as
+// error_message unless the client opened the stream with the
+// triton_grpc_error header, in which case the first error ends the stream
+// with its status.
+func (g *GRPCServer) ModelStreamInfer(stream grpc.BidiStreamingServer[pb.ModelInferRequest, pb.ModelStreamInferResponse]) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	st := &streamState{g: g, stream: stream, ctx: ctx, cancel: cancel, seq: map[backendapi.CorrelationID]chan struct{}{}}
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		for _, v := range md.Get(HeaderGRPCError) {
+			if v == "true" {
+				st.statusOnError = true
+			}
+		}
+	}
+	reqs := make(chan *pb.ModelInferRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var result error
+loop:
+	for {
+		select {
+		case req := <-reqs:
+			st.start(req)
+		case err := <-recvErr:
+			if !errors.Is(err, io.EOF) {
+				result = err
+				cancel()
+			}
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	st.wg.Wait()
+	st.mu.Lock()
+	st.closed = true
+	if st.fatal != nil {
+		result = st.fatal
+	}
+	st.mu.Unlock()
+	if result != nil {
+		if _, ok := status.FromError(result); !ok {
+			result = status.FromContextError(result).Err()
+		}
+	}
+	return result
+}
+
+// start runs one request of the stream in its own goroutine.
+func (st *streamState) start(req *pb.ModelInferRequest) {
+	var ir backendapi.InferRequest
+	opts, err := parseGRPCInfer(req, &ir)
+	if err != nil {
+		st.fail(req, &ir, st.g.requestError(st.ctx, req, err))
+		return
+	}
+	var prev chan struct{}
+	var mine chan struct{}
+	if !ir.CorrelationID.IsZero() {
+		mine = make(chan struct{})
+		st.mu.Lock()
+		prev = st.seq[ir.CorrelationID]
+		st.seq[ir.CorrelationID] = mine
+		st.mu.Unlock()
+	}
+	st.wg.Add(1)
+	go func() {
+		defer st.wg.Done()
+		if mine != nil {
+			defer func() {
+				close(mine)
+				st.mu.Lock()
+				if st.seq[ir.CorrelationID] == mine {
+					delete(st.seq, ir.CorrelationID)
+				}
+				st.mu.Unlock()
+			}()
+		}
+		if prev != nil {
+			select {
+			case <-prev:
+			case <-st.ctx.Done():
+				return
+			}
+		}
+		st.run(req, &ir, opts)
+	}()
+}
+
+func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferRequest, opts grpcInferOptions) {
+	version := ""
+	err := st.g.backend.InferStream(st.ctx, ir, func(resp *backendapi.InferResponse, err error, final bool) {
+		switch {
+		case err != nil:
+			st.fail(req, ir, err)
+		case resp != nil:
+			out := buildGRPCResponse(resp, ir)
+			version = out.ModelVersion
+			if out.Parameters == nil {
+				out.Parameters = make(map[string]*pb.InferParameter, 1)
+			}
+			out.Parameters[ParamFinalResponse] = grpcParameter(final)
+			st.send(&pb.ModelStreamInferResponse{InferResponse: out})
+		case final && opts.emptyFinal:
+			if version == "" && ir.ModelVersion > 0 {
+				version = strconv.FormatInt(ir.ModelVersion, 10)
+			}
+			st.send(&pb.ModelStreamInferResponse{InferResponse: &pb.ModelInferResponse{
+				ModelName:    ir.ModelName,
+				ModelVersion: version,
+				Id:           ir.ID,
+				Parameters:   map[string]*pb.InferParameter{ParamFinalResponse: grpcParameter(true)},
+			}})
+		}
+	})
+	if err != nil {
+		st.fail(req, ir, err)
+	}
+}
+
+// fail reports the error of one request: in-band, or as the stream's
+// status when the client asked for that.
+func (st *streamState) fail(req *pb.ModelInferRequest, ir *backendapi.InferRequest, err error) {
+	if st.statusOnError {
+		st.mu.Lock()
+		if st.fatal == nil {
+			st.fatal = grpcError(err)
+		}
+		st.closed = true
+		st.mu.Unlock()
+		st.cancel()
+		return
+	}
+	st.send(&pb.ModelStreamInferResponse{
+		ErrorMessage: backendapi.MessageOf(err),
+		InferResponse: &pb.ModelInferResponse{
+			ModelName:    req.GetModelName(),
+			ModelVersion: req.GetModelVersion(),
+			Id:           req.GetId(),
+		},
+	})
+}
+
+// send writes one message unless the stream is closing. A send error means
+// the client is gone; the stream context ends the rest.
+func (st *streamState) send(m *pb.ModelStreamInferResponse) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return
+	}
+	if err := st.stream.Send(m); err != nil {
+		st.closed = true
+		st.cancel()
+	}
+}
