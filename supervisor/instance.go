@@ -107,10 +107,10 @@ func (inst *instance) supervise(p *stubProc) {
 		inst.state = backendapi.StubRestarting
 		inst.proc = nil
 		inst.mu.Unlock()
-		inst.log.Error("stub died; restarting", "pid", p.pid, "cause", p.cause, "backoff", backoff)
 		if p.healthy() {
 			backoff = opts.RestartBackoff
 		}
+		inst.log.Error("stub died; restarting", "pid", p.pid, "cause", p.cause, "backoff", backoff)
 		for {
 			select {
 			case <-time.After(backoff):

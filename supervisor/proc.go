@@ -55,6 +55,7 @@ type stubProc struct {
 	refs     int
 	failed   bool // failAll ran: no new request may be registered
 	reaped   bool
+	recvDone bool // the receiver returned: nothing reads the ring any more
 	unmapped bool
 }
 
@@ -188,7 +189,7 @@ func (p *stubProc) alive() bool {
 // maybeUnmap closes the region once nothing can touch it any more.
 func (p *stubProc) maybeUnmap() {
 	p.mu.Lock()
-	do := p.reaped && p.refs == 0 && !p.unmapped
+	do := p.reaped && p.recvDone && p.refs == 0 && !p.unmapped
 	if do {
 		p.unmapped = true
 	}
@@ -262,6 +263,10 @@ func (p *stubProc) receive() {
 			}
 			<-p.exited
 			p.failAll()
+			p.mu.Lock()
+			p.recvDone = true
+			p.mu.Unlock()
+			p.maybeUnmap()
 			return
 		}
 		switch m := m.(type) {
@@ -378,6 +383,9 @@ func (p *stubProc) execute(b *batch) {
 // prepare assigns a handle and copies the request's inputs into the arena.
 func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 	req := pr.req
+	if !p.alive() {
+		return ipc.Request{}, p.failure()
+	}
 	p.mu.Lock()
 	p.nextID++
 	pr.handle = p.nextID
