@@ -952,6 +952,7 @@ class InferenceRequest:
         "_sender",
         "_release_flags",
         "_rt",
+        "_final",
         "__weakref__",
     )
 
@@ -1014,6 +1015,7 @@ class InferenceRequest:
         self._sender = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._rt = None
+        self._final = False
 
     def inputs(self):
         return self._inputs
@@ -1058,7 +1060,9 @@ class InferenceRequest:
             sender._request = self
             sender._decoupled = rt.decoupled
             sender._lock = threading.Lock()
-            sender._closed = False
+            # A request whose response execute already returned (or whose
+            # batch failed) takes no more responses.
+            sender._closed = self._final
             sender._sent = 0
             self._sender = sender
         return sender
@@ -1107,6 +1111,7 @@ def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, req
     r._sender = None
     r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     r._rt = rt
+    r._final = False
     return r
 
 

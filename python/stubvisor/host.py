@@ -590,6 +590,7 @@ class Host:
             sender = req._sender
             if sender is not None:
                 sender._update(resp, _FINAL)
+            req._final = True
             pairs.append((req, resp))
         return pairs
 
@@ -602,7 +603,9 @@ class Host:
         # The supervisor fails every request without a final response; no
         # more responses may be sent for them.
         for req in requests:
-            req.get_response_sender()._close()
+            req._final = True
+            if req._sender is not None:
+                req._sender._close()
         self._send([_K_EXECUTE_DONE, batch_id, [_INTERNAL, text], []])
         for req in requests:
             self._cancelled.discard(req._handle)

@@ -241,6 +241,14 @@ class ExecuteTest(StubTest):
         self.assertEqual(stub.read(resp[3][0]).tolist(), [7])
         self.assertEqual(stub.expect(K.KIND_EXECUTE_DONE)[2:], [None, []])
 
+    def test_no_sending_after_returned_response(self):
+        stub = self.loaded("behaviours", models=TEST_MODELS)
+        stub.execute([stub.request(1, [], params={"mode": "late_sender"})])
+        stub.expect(K.KIND_EXECUTE_DONE)
+        stub.execute([stub.request(2, [], params={"mode": "use_late_sender"})])
+        resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+        self.assertEqual(stub.read(resp[3][0]), [b"Unable to send response. Response sender has been closed."])
+
     def test_parameters_both_ways(self):
         stub = self.loaded("behaviours", models=TEST_MODELS)
         stub.execute([stub.request(1, [], params={"mode": "params", "n": 3, "flag": True})])

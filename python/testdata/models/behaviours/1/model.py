@@ -51,6 +51,20 @@ class TritonPythonModel:
         requests[0].get_response_sender().send(respond(1), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return [respond(2)]
 
+    def mode_late_sender(self, requests):
+        # Keep the request; the next execute tries to answer it again.
+        self.kept = requests[0]
+        return [respond(1)]
+
+    def mode_use_late_sender(self, requests):
+        try:
+            self.kept.get_response_sender().send(respond(2), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            text = "sent"
+        except pb_utils.TritonModelException as e:
+            text = str(e)
+        data = np.array([text.encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]) for _ in requests]
+
     def mode_dict(self, requests):
         return {"not": "a list"}
 
