@@ -156,6 +156,8 @@ _atomic.__atomic_fetch_add_8.restype = ctypes.c_uint64
 _atomic.__atomic_fetch_add_8.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
 _xchg4 = _atomic.__atomic_exchange_4
 _xchg8 = _atomic.__atomic_exchange_8
+# Bound here: inside a class body the name would be mangled (_Channel__atomic...).
+_fetch_add8 = _atomic.__atomic_fetch_add_8
 
 _memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
 _memory_view.restype = ctypes.py_object
@@ -544,7 +546,7 @@ class Channel:
 
     def beat(self):
         """Increment this side's heartbeat word (the stub does it every 100 ms)."""
-        _atomic.__atomic_fetch_add_8(self._own_beat_addr, 1, _SEQ_CST)
+        _fetch_add8(self._own_beat_addr, 1, _SEQ_CST)
 
     def peer_heartbeat(self):
         return self._peer_beat.value
