@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -76,11 +78,7 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 	var err error
 	switch m := m.(type) {
 	case *InitializeMsg:
-		b = appendHead(b, 4, KindInitialize, m.ID)
-		b = appendMapLen(b, len(m.Args))
-		for k, v := range m.Args {
-			b = appendString(appendString(b, k), v)
-		}
+		b = appendStringMap(appendHead(b, 4, KindInitialize, m.ID), m.Args)
 		return e.appendAny(b, m.Options)
 	case *ExecuteMsg:
 		b = appendHead(b, 3, KindExecute, m.BatchID)
@@ -110,11 +108,7 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 	case *HelloMsg:
 		b = appendHead(b, 5, KindHello, 0)
 		b = appendInt(appendInt(b, m.Version), m.PID)
-		b = appendMapLen(b, len(m.Info))
-		for k, v := range m.Info {
-			b = appendString(appendString(b, k), v)
-		}
-		return b, nil
+		return appendStringMap(b, m.Info), nil
 	case *ResultMsg:
 		b = appendError(appendHead(b, 4, KindResult, m.ID), m.Error)
 		return e.appendAny(b, m.Value)
@@ -231,6 +225,20 @@ func appendResponse(b []byte, r *Response) []byte {
 		b = appendTensor(b, &r.Outputs[i])
 	}
 	return appendString(b, r.ParametersJSON)
+}
+
+// appendStringMap writes nil for a nil map, so decoding gives nil back,
+// and sorts the keys, so equal maps give equal bytes (these maps are
+// small and off the hot path).
+func appendStringMap(b []byte, m map[string]string) []byte {
+	if m == nil {
+		return appendNil(b)
+	}
+	b = appendMapLen(b, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b = appendString(appendString(b, k), m[k])
+	}
+	return b
 }
 
 func appendOffsets(b []byte, offs []uint64) []byte {
