@@ -1,0 +1,358 @@
+package stub
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// RegionFD is the descriptor on which the supervisor passes the region.
+const RegionFD = 3
+
+// InstanceEnv names the environment variable that carries the instance
+// name (Triton's "<group>_<g>_<i>"), used in error texts.
+const InstanceEnv = "STUBVISOR_INSTANCE"
+
+// HeartbeatPeriod is how often the stub increments its heartbeat word; the
+// supervisor restarts a stub whose word stops moving.
+const HeartbeatPeriod = 100 * time.Millisecond
+
+// ErrNotInitialized is reported for an Execute that arrives before a
+// successful Initialize.
+var ErrNotInitialized = errors.New("model not initialized")
+
+// Exit codes of Serve.
+const (
+	exitOK       = 0 // finalized
+	exitPeerDead = 1 // the supervisor went away
+	exitAttach   = 2 // fd 3 is not a region
+)
+
+// Serve runs model in this process as a stub of the supervisor that
+// started it, and never returns: the process exits after Finalize (status
+// 0), when the supervisor dies (1), or when fd 3 is not a region (2).
+func Serve(model backendapi.Model) {
+	os.Exit(serve(model))
+}
+
+func serve(model backendapi.Model) int {
+	// The supervisor owns the life cycle: Finalize, then SIGKILL.
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	conn, err := ipc.Attach(os.NewFile(RegionFD, "stubvisor-region"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", RegionFD, err)
+		return exitAttach
+	}
+	h := newHost(conn, model, os.Getenv(InstanceEnv))
+	return h.run()
+}
+
+// host serves one model instance over one connection.
+type host struct {
+	conn     *ipc.Conn
+	model    backendapi.Model
+	instance string
+
+	decoupled   bool
+	initialized bool
+
+	// reader admits one goroutine into Recv: the main goroutine while it
+	// is idle, or a pumping goroutine while Execute runs.
+	reader   sync.Mutex
+	queuedMu sync.Mutex
+	queued   []ipc.Message // commands read by a pump, for the main goroutine
+
+	ownedMu sync.Mutex
+	owned   map[uint64]struct{} // arena 1 blocks handed to the supervisor or to a pending response
+
+	cancelMu  sync.Mutex
+	cancelled map[uint64]struct{}
+
+	exit chan int
+}
+
+func newHost(conn *ipc.Conn, model backendapi.Model, instance string) *host {
+	return &host{
+		conn: conn, model: model, instance: instance,
+		owned:     map[uint64]struct{}{},
+		cancelled: map[uint64]struct{}{},
+		exit:      make(chan int, 1),
+	}
+}
+
+// current is the host of this process, for Logf.
+var current atomic.Pointer[host]
+
+// run says Hello, starts the heartbeat and serves commands until Finalize
+// or the supervisor's death; it returns the exit status.
+func (h *host) run() int {
+	current.Store(h)
+	hello := &ipc.HelloMsg{Version: ipc.ProtocolVersion, PID: int64(os.Getpid()), Info: map[string]string{"go": runtime.Version(), "backend": "go"}}
+	if err := h.conn.Send(hello); err != nil {
+		fmt.Fprintf(os.Stderr, "stubvisor Go stub: hello: %v\n", err)
+		return exitPeerDead
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go h.heartbeat(stop)
+	for {
+		m, err := h.next()
+		if err != nil {
+			if errors.Is(err, ipc.ErrProtocol) {
+				// A frame we cannot read: say so and carry on with the next.
+				h.logf("ERROR", "stub could not read a message: %v", err)
+				continue
+			}
+			return exitPeerDead
+		}
+		if code, done := h.command(m); done {
+			return code
+		}
+	}
+}
+
+// heartbeat beats every period and ends the process when the supervisor
+// is gone, even while the model is stuck in Execute.
+func (h *host) heartbeat(stop chan struct{}) {
+	t := time.NewTicker(HeartbeatPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if h.conn.PeerDead() {
+				os.Exit(exitPeerDead)
+			}
+			h.conn.Beat()
+		}
+	}
+}
+
+// next returns the next command for the main goroutine, reading the ring
+// itself and handling everything else on the way.
+func (h *host) next() (ipc.Message, error) {
+	for {
+		h.reader.Lock()
+		if m := h.popQueued(); m != nil {
+			h.reader.Unlock()
+			return m, nil
+		}
+		m, err := h.conn.Recv(time.Time{})
+		h.reader.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if isCommand(m) {
+			return m, nil
+		}
+		h.dispatch(m)
+	}
+}
+
+func (h *host) popQueued() ipc.Message {
+	h.queuedMu.Lock()
+	defer h.queuedMu.Unlock()
+	if len(h.queued) == 0 {
+		return nil
+	}
+	m := h.queued[0]
+	h.queued = h.queued[1:]
+	return m
+}
+
+func isCommand(m ipc.Message) bool {
+	switch m.Kind() {
+	case ipc.KindInitialize, ipc.KindExecute, ipc.KindFinalize, ipc.KindIsReady, ipc.KindAutoComplete:
+		return true
+	}
+	return false
+}
+
+// pump reads what is queued on the ring without waiting, if no other
+// goroutine is reading, so Cancel reaches a running Execute.
+func (h *host) pump() {
+	if !h.reader.TryLock() {
+		return // the main goroutine is reading and handles what comes
+	}
+	defer h.reader.Unlock()
+	for {
+		m, err := h.conn.Recv(time.Now())
+		if err != nil {
+			if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, ipc.ErrClosed) {
+				os.Exit(exitPeerDead)
+			}
+			return // ErrTimeout: nothing more queued
+		}
+		if isCommand(m) {
+			h.queuedMu.Lock()
+			h.queued = append(h.queued, m)
+			h.queuedMu.Unlock()
+			continue
+		}
+		h.dispatch(m)
+	}
+}
+
+// dispatch handles a message that is not a command.
+func (h *host) dispatch(m ipc.Message) {
+	switch m := m.(type) {
+	case *ipc.ReleaseMsg:
+		h.freeOwned(m.Offsets)
+	case *ipc.CancelMsg:
+		h.cancelMu.Lock()
+		if len(h.cancelled) >= maxCancelled {
+			clear(h.cancelled)
+		}
+		h.cancelled[m.Handle] = struct{}{}
+		h.cancelMu.Unlock()
+	case *ipc.InferResultMsg:
+		// Go models make no BLS calls: hand back what a result holds.
+		var offs []uint64
+		for _, t := range m.Response.Outputs {
+			if t.Loc == ipc.LocArena0 && t.Size > 0 {
+				offs = append(offs, t.Offset)
+			}
+		}
+		if len(offs) > 0 {
+			h.send(&ipc.FreeMsg{Offsets: offs})
+		}
+	default:
+		h.logf("WARNING", "stub ignored a message of unknown kind %d", m.Kind())
+	}
+}
+
+// maxCancelled bounds the set of cancelled handles, like the Python stub.
+const maxCancelled = 65536
+
+func (h *host) isCancelled(handle uint64) bool {
+	h.cancelMu.Lock()
+	_, ok := h.cancelled[handle]
+	h.cancelMu.Unlock()
+	return ok
+}
+
+func (h *host) forgetCancel(handle uint64) {
+	h.cancelMu.Lock()
+	delete(h.cancelled, handle)
+	h.cancelMu.Unlock()
+}
+
+// send sends a message; the supervisor's death ends the process.
+func (h *host) send(m ipc.Message) {
+	if err := h.conn.Send(m); err != nil {
+		if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, ipc.ErrClosed) {
+			os.Exit(exitPeerDead)
+		}
+		fmt.Fprintf(os.Stderr, "stubvisor Go stub: send %d: %v\n", m.Kind(), err)
+	}
+}
+
+// alloc takes a block of the stub's arena and remembers it as owned.
+func (h *host) alloc(n int) (uint64, []byte, error) {
+	off, buf, err := h.conn.Alloc(uint64(n))
+	if err != nil {
+		return 0, nil, err
+	}
+	h.ownedMu.Lock()
+	h.owned[off] = struct{}{}
+	h.ownedMu.Unlock()
+	return off, buf, nil
+}
+
+// freeOwned frees blocks this stub handed out; others are ignored.
+func (h *host) freeOwned(offs []uint64) {
+	h.ownedMu.Lock()
+	defer h.ownedMu.Unlock()
+	for _, off := range offs {
+		if _, ok := h.owned[off]; !ok {
+			continue
+		}
+		delete(h.owned, off)
+		_ = h.conn.Free(off)
+	}
+}
+
+// command serves one command; done reports that the process should exit
+// with code.
+func (h *host) command(m ipc.Message) (code int, done bool) {
+	switch m := m.(type) {
+	case *ipc.ExecuteMsg:
+		h.execute(m)
+	case *ipc.InitializeMsg:
+		h.initialize(m)
+	case *ipc.IsReadyMsg:
+		h.send(&ipc.ResultMsg{ID: m.ID, Value: h.ready()})
+	case *ipc.AutoCompleteMsg:
+		// A Go model's configuration is what config.pbtxt says.
+		h.send(&ipc.ResultMsg{ID: m.ID, Value: m.ConfigJSON})
+	case *ipc.FinalizeMsg:
+		if h.initialized {
+			if err := h.model.Finalize(); err != nil {
+				h.logf("ERROR", "Finalize() failed: %v", err)
+			}
+		}
+		h.send(&ipc.ResultMsg{ID: m.ID})
+		return exitOK, true
+	}
+	return 0, false
+}
+
+func (h *host) initialize(m *ipc.InitializeMsg) {
+	if d, ok := m.Options["decoupled"].(bool); ok {
+		h.decoupled = d
+	}
+	if name := m.Args["model_instance_name"]; name != "" && h.instance == "" {
+		h.instance = name
+	}
+	if err := h.model.Initialize(m.Args); err != nil {
+		text := backendapi.MessageOf(err)
+		h.logf("ERROR", "Failed to initialize Go stub: %s", text)
+		h.send(&ipc.ResultMsg{ID: m.ID, Error: &ipc.Error{Code: uint8(backendapi.CodeOf(err)), Message: text}})
+		return
+	}
+	h.initialized = true
+	h.send(&ipc.ResultMsg{ID: m.ID})
+}
+
+func (h *host) ready() bool {
+	if !h.initialized {
+		return false
+	}
+	if r, ok := h.model.(backendapi.ReadyChecker); ok {
+		return r.IsReady()
+	}
+	return true
+}
+
+// Logf sends a log record to the supervisor's log, attributed to the
+// caller's file and line; level is "VERBOSE", "INFO", "WARNING" or "ERROR".
+// Outside a stub it writes to stderr.
+func Logf(level, format string, args ...any) {
+	h := current.Load()
+	msg := fmt.Sprintf(format, args...)
+	if h == nil {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", level, msg)
+		return
+	}
+	h.log(level, msg, 2)
+}
+
+func (h *host) logf(level, format string, args ...any) {
+	h.log(level, fmt.Sprintf(format, args...), 2)
+}
+
+func (h *host) log(level, msg string, skip int) {
+	_, file, line, _ := runtime.Caller(skip)
+	h.send(&ipc.LogMsg{Level: level, Message: msg, File: filepath.Base(file), Line: int64(line)})
+}
