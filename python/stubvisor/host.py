@@ -456,8 +456,8 @@ class Host:
                 self.model_version = -1
             module = self._load_module(options["model_file"])
             self.model = getattr(module, "TritonPythonModel")()
-            # BLS is allowed from initialize on in Triton's check, which
-            # looks at "initialized" only after initialize returns.
+            # BLS stays refused until initialize has returned, as in Triton
+            # ("BLS is only supported during the 'execute' function.").
             if hasattr(self.model, "initialize"):
                 self.model.initialize(dict(args))
             self.initialized = True

@@ -4,13 +4,11 @@ test playing the supervisor."""
 import json
 import os
 import signal
-import time
 import unittest
 
 import numpy as np
 
-from .stubharness import (ADD_SUB_CONFIG, MODELS, REPEAT_CONFIG, TEST_MODELS, WAIT, K, Stub, deserialize_bytes,
-                          ipc)
+from .stubharness import ADD_SUB_CONFIG, MODELS, REPEAT_CONFIG, TEST_MODELS, WAIT, K, Stub, ipc
 
 FINAL = ipc.FLAG_FINAL
 
