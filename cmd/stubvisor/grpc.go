@@ -8,21 +8,21 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
-	"github.com/stubvisor/stubvisor/server"
+	frontend "github.com/stubvisor/stubvisor/server"
 )
 
 // grpcFront is the process's gRPC front end, kept so that shutdown can stop
 // it (stopGRPC); nil until grpcService built it.
 var (
 	grpcMu    sync.Mutex
-	grpcFront *server.GRPCServer
+	grpcFront *frontend.GRPCServer
 )
 
 // grpcService returns the gRPC listener (KServe v2 gRPC, health and
 // reflection). It fails the service rather than the process if the front
 // end cannot be built, which only happens with a nil backend.
 func grpcService(c *config, b backendapi.Backend, log hclog.Logger) []service {
-	g, err := server.NewGRPC(b, server.GRPCOptions{Version: version, Logger: log})
+	g, err := frontend.NewGRPC(b, frontend.GRPCOptions{Version: version, Logger: log})
 	if err != nil {
 		return []service{{name: "gRPC", port: c.grpcPort, serve: func(l net.Listener) error {
 			_ = l.Close()

@@ -24,7 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/stubvisor/stubvisor/server"
+	frontend "github.com/stubvisor/stubvisor/server"
 	"github.com/stubvisor/stubvisor/supervisor"
 )
 
@@ -73,7 +73,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.strictReadiness, "strict-readiness", true, "server is ready only when every loaded model is ready")
 	fs.IntVar(&c.exitTimeout, "exit-timeout-secs", 30, "how long shutdown waits for in-flight requests")
 	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
-	fs.Int64Var(&c.maxInputSize, "http-max-input-size", server.DefaultMaxInputSize, "largest HTTP request body in bytes")
+	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
 	fs.BoolVar(&c.autoComplete, "auto-complete-config", true, "run auto_complete_config of Python models")
 	disableAC := fs.Bool("disable-auto-complete-config", false, "do not run auto_complete_config")
 	fs.StringVar(&c.sup.Python, "python", c.sup.Python, "Python interpreter of the stubs (with numpy and msgpack)")
@@ -161,7 +161,7 @@ func run(c *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(sup, server.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log})
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
