@@ -222,6 +222,9 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 		}
 	}
 	err := backendapi.Errorf(backendapi.Unavailable, "model '%s' has no running stub: %v", mv.name, cause)
+	if q, ok := mv.scheduler.(interface{ failQueued(error) }); ok {
+		q.failQueued(err)
+	}
 	for {
 		select {
 		case b := <-mv.queue:

@@ -1,7 +1,20 @@
 package supervisor
 
-// newScheduler picks the scheduler a model's config asks for.
+// newScheduler picks the scheduler a model's config asks for: the
+// sequence batcher, the dynamic batcher, or one execute per request.
+//
+// The batchers make the model queue unbuffered: a batch then changes hands
+// only when a stub has a free pipeline slot, and until that moment the
+// batcher may still add requests to it.
 func newScheduler(mv *modelVersion) (scheduler, error) {
+	switch {
+	case mv.cfg.GetSequenceBatching() != nil:
+		mv.queue = make(chan *batch)
+		return newSequenceBatcher(mv, mv.cfg.GetSequenceBatching())
+	case mv.cfg.GetDynamicBatching() != nil:
+		mv.queue = make(chan *batch)
+		return newDynamicBatcher(mv, mv.cfg.GetDynamicBatching()), nil
+	}
 	return &defaultScheduler{mv: mv}, nil
 }
 

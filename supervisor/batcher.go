@@ -1,0 +1,320 @@
+package supervisor
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+// dynamicBatcher is Triton's dynamic batcher. Requests wait in per-priority
+// queues; one goroutine forms batches from their heads and offers each on
+// the model's unbuffered queue, so a batch is handed over only at the
+// moment a stub has a free pipeline slot. Until then it keeps growing with
+// the requests that arrive, which is what merges requests under load.
+//
+// A batch is the longest prefix of the queue (highest priority first,
+// each level's delayed requests after its others) whose summed batch size
+// fits max_batch_size. It is sent at once when it reaches the largest
+// preferred size, or when it is a preferred size and the oldest request
+// has not waited max_queue_delay_microseconds yet; otherwise it waits for
+// more requests until that delay has passed.
+type dynamicBatcher struct {
+	mv *modelVersion
+	// capacity is max_batch_size; 0 means the model does not batch and
+	// every execute gets one request.
+	capacity     int64
+	preferred    []int64 // ascending
+	maxPreferred int64
+	delay        time.Duration
+	levels       []*policyQueue // index 0 is priority level 1, the highest
+	defLevel     int            // index of the default priority level
+
+	mu      sync.Mutex
+	stopped bool
+
+	wake  chan struct{} // a request arrived (capacity 1: signals coalesce)
+	stopc chan struct{}
+	done  chan struct{}
+}
+
+// policyQueue is one priority level with its queue policy.
+type policyQueue struct {
+	reject   bool // timeout_action REJECT (else DELAY)
+	timeout  time.Duration
+	override bool
+	maxSize  int
+	queue    []*queued
+	delayed  []*queued // timed out under the DELAY action
+}
+
+// queued is a request waiting in the batcher.
+type queued struct {
+	pr       *pending
+	deadline time.Time // zero: no timeout
+}
+
+// Triton's exact texts for the two queue-policy rejections.
+const (
+	msgTimeoutExpired = "Request timeout expired"
+	msgQueueFull      = "Exceeds maximum queue size"
+)
+
+func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching) *dynamicBatcher {
+	b := &dynamicBatcher{
+		mv:       mv,
+		capacity: mv.sig.maxBatch,
+		delay:    time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond,
+		wake:     make(chan struct{}, 1),
+		stopc:    make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for _, p := range db.GetPreferredBatchSize() {
+		if int64(p) <= b.capacity {
+			b.preferred = append(b.preferred, int64(p))
+		}
+	}
+	slices.Sort(b.preferred)
+	if n := len(b.preferred); n > 0 {
+		b.maxPreferred = b.preferred[n-1]
+	} else {
+		b.maxPreferred = max(b.capacity, 1)
+	}
+	levels := int(db.GetPriorityLevels())
+	if levels == 0 {
+		levels = 1
+	} else {
+		b.defLevel = int(db.GetDefaultPriorityLevel()) - 1
+	}
+	for l := range levels {
+		pol := db.GetDefaultQueuePolicy()
+		if p, ok := db.GetPriorityQueuePolicy()[uint64(l+1)]; ok {
+			pol = p
+		}
+		b.levels = append(b.levels, &policyQueue{
+			reject:   pol.GetTimeoutAction() == inferencepb.ModelQueuePolicy_REJECT,
+			timeout:  time.Duration(pol.GetDefaultTimeoutMicroseconds()) * time.Microsecond,
+			override: pol.GetAllowTimeoutOverride(),
+			maxSize:  int(pol.GetMaxQueueSize()),
+		})
+	}
+	go b.run()
+	return b
+}
+
+// enqueue places the request in its priority level, or refuses it when
+// that level's queue is full.
+func (b *dynamicBatcher) enqueue(pr *pending) error {
+	level := b.defLevel
+	if p := pr.req.Priority; p != 0 && p <= uint64(len(b.levels)) {
+		level = int(p - 1)
+	}
+	q := b.levels[level]
+	timeout := q.timeout
+	if t := pr.req.Timeout; q.override && t > 0 && (timeout == 0 || t < timeout) {
+		timeout = t
+	}
+	e := &queued{pr: pr}
+	if timeout > 0 {
+		e.deadline = pr.queued.Add(timeout)
+	}
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", b.mv.name, b.mv.version)
+	}
+	if q.maxSize > 0 && len(q.queue)+len(q.delayed) >= q.maxSize {
+		b.mu.Unlock()
+		return backendapi.Errorf(backendapi.Unavailable, msgQueueFull)
+	}
+	q.queue = append(q.queue, e)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// run is the batcher's only consumer: it expires timed-out requests,
+// drops cancelled ones, forms the next batch and offers it to the stubs.
+func (b *dynamicBatcher) run() {
+	defer close(b.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		items, next, ready := b.form(now)
+		var offer chan<- *batch
+		var bt *batch
+		if ready {
+			offer = b.mv.queue
+			bt = &batch{items: items}
+		}
+		var tc <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(max(time.Until(next), 0))
+			tc = timer.C
+		}
+		select {
+		case offer <- bt:
+			b.taken(items)
+		case <-b.wake:
+		case <-tc:
+		case <-b.stopc:
+			return
+		}
+		if tc != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// form expires and drops what must leave the queue, then gathers the next
+// batch. It returns the batch, the next time something changes
+// on its own (a timeout or the end of the queue delay) and whether the
+// batch should be sent now.
+func (b *dynamicBatcher) form(now time.Time) (items []*pending, next time.Time, ready bool) {
+	var size int64
+	var expired, cancelled []*pending
+	b.mu.Lock()
+	for _, q := range b.levels {
+		q.queue = slices.DeleteFunc(q.queue, func(e *queued) bool {
+			switch {
+			case e.pr.gone():
+				cancelled = append(cancelled, e.pr)
+				return true
+			case e.deadline.IsZero():
+				return false
+			case !now.Before(e.deadline):
+				if q.reject {
+					expired = append(expired, e.pr)
+				} else {
+					e.deadline = time.Time{}
+					q.delayed = append(q.delayed, e)
+				}
+				return true
+			}
+			if next.IsZero() || e.deadline.Before(next) {
+				next = e.deadline
+			}
+			return false
+		})
+		q.delayed = slices.DeleteFunc(q.delayed, func(e *queued) bool {
+			if e.pr.gone() {
+				cancelled = append(cancelled, e.pr)
+				return true
+			}
+			return false
+		})
+	}
+	var oldest time.Time
+	limit := max(b.capacity, 1)
+	best := 0 // request count of the longest prefix whose size is preferred
+	full := false
+gather:
+	for _, q := range b.levels {
+		for _, list := range [][]*queued{q.queue, q.delayed} {
+			for _, e := range list {
+				n := e.pr.batch
+				if b.capacity == 0 {
+					n = 1
+				}
+				if len(items) > 0 && size+n > limit {
+					full = true
+					break gather
+				}
+				items = append(items, e.pr)
+				size += n
+				if oldest.IsZero() || e.pr.queued.Before(oldest) {
+					oldest = e.pr.queued
+				}
+				if slices.Contains(b.preferred, size) {
+					best = len(items)
+				}
+				if size >= limit {
+					full = true
+					break gather
+				}
+			}
+		}
+	}
+	b.mu.Unlock()
+
+	for _, pr := range expired {
+		b.mv.finish(pr, nil, backendapi.Errorf(backendapi.Unavailable, msgTimeoutExpired), true)
+	}
+	for _, pr := range cancelled {
+		b.mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", b.mv.name), true)
+	}
+	if len(items) == 0 {
+		return nil, next, false
+	}
+	delayEnd := oldest.Add(b.delay)
+	exceeded := b.delay == 0 || !now.Before(delayEnd)
+	switch {
+	case full || size >= b.maxPreferred || exceeded:
+		return items, next, true
+	case best > 0:
+		return items[:best], next, true
+	}
+	if next.IsZero() || delayEnd.Before(next) {
+		next = delayEnd
+	}
+	return items, next, false
+}
+
+// taken removes the requests a stub just took. They are found by
+// identity: a request of higher priority may have arrived since the batch
+// was formed.
+func (b *dynamicBatcher) taken(items []*pending) {
+	set := make(map[*pending]bool, len(items))
+	for _, pr := range items {
+		set[pr] = true
+	}
+	in := func(e *queued) bool { return set[e.pr] }
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, q := range b.levels {
+		q.queue = slices.DeleteFunc(q.queue, in)
+		q.delayed = slices.DeleteFunc(q.delayed, in)
+	}
+}
+
+// failQueued fails every waiting request with err.
+func (b *dynamicBatcher) failQueued(err error) {
+	b.mu.Lock()
+	var all []*pending
+	for _, q := range b.levels {
+		for _, e := range q.queue {
+			all = append(all, e.pr)
+		}
+		for _, e := range q.delayed {
+			all = append(all, e.pr)
+		}
+		q.queue, q.delayed = nil, nil
+	}
+	b.mu.Unlock()
+	for _, pr := range all {
+		b.mv.finish(pr, nil, err, true)
+	}
+}
+
+// stop ends the batcher; requests still waiting fail, as the model is
+// going away.
+func (b *dynamicBatcher) stop() {
+	b.mu.Lock()
+	already := b.stopped
+	b.stopped = true
+	b.mu.Unlock()
+	if !already {
+		close(b.stopc)
+	}
+	<-b.done
+	b.failQueued(backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", b.mv.name))
+}
