@@ -491,3 +491,21 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 		time.Sleep(2 * time.Millisecond) // polling counters: nothing to wait on
 	}
 }
+
+// TestHeartbeatAdvances checks that a live stub keeps proving it is
+// alive: its heartbeat age stays well under the stub's 100 ms beat period
+// plus scheduling noise, across several beats.
+func TestHeartbeatAdvances(t *testing.T) {
+	s := newSupervisor(t, "add_sub")
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		st, err := s.Stubs(context.Background(), "add_sub")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if age := st[0].Stubs[0].HeartbeatAge; age > 600*time.Millisecond {
+			t.Fatalf("heartbeat age %s: the stub stopped beating", age)
+		}
+		time.Sleep(50 * time.Millisecond) // sampling a status figure over time
+	}
+}
