@@ -105,6 +105,11 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 		return appendString(b, m.ConfigJSON), nil
 	case *InferResultMsg:
 		return appendResponse(appendHead(b, 3, KindInferResult, m.ID), &m.Response), nil
+	case *MapRegionMsg:
+		b = appendUint(appendHead(b, 5, KindMapRegion, 0), m.RegionID)
+		return appendUint(appendUint(b, m.Offset), m.Size), nil
+	case *UnmapRegionMsg:
+		return appendUint(appendHead(b, 3, KindUnmapRegion, 0), m.RegionID), nil
 	case *HelloMsg:
 		b = appendHead(b, 5, KindHello, 0)
 		b = appendInt(appendInt(b, m.Version), m.PID)
@@ -168,7 +173,11 @@ func appendHead(b []byte, n int, k Kind, id uint64) []byte {
 }
 
 func appendRequest(b []byte, r *Request) ([]byte, error) {
-	b = appendArrayLen(b, 8)
+	if len(r.OutputTargets) > 0 {
+		b = appendArrayLen(b, 9)
+	} else {
+		b = appendArrayLen(b, 8)
+	}
 	b = appendString(appendUint(b, r.Handle), r.ID)
 	switch c := r.CorrelationID.(type) {
 	case nil:
@@ -197,17 +206,33 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 	for _, s := range r.RequestedOutputs {
 		b = appendString(b, s)
 	}
-	return appendUint(appendString(b, r.ParametersJSON), r.TimeoutMicros), nil
+	b = appendUint(appendString(b, r.ParametersJSON), r.TimeoutMicros)
+	if len(r.OutputTargets) > 0 {
+		b = appendArrayLen(b, len(r.OutputTargets))
+		for _, o := range r.OutputTargets {
+			b = appendString(appendArrayLen(b, 4), o.Name)
+			b = appendUint(appendUint(appendUint(b, o.RegionID), o.Offset), o.Size)
+		}
+	}
+	return b, nil
 }
 
 func appendTensor(b []byte, t *Tensor) []byte {
-	b = appendArrayLen(b, 6)
+	if t.Loc == LocClient {
+		b = appendArrayLen(b, 7)
+	} else {
+		b = appendArrayLen(b, 6)
+	}
 	b = appendUint(appendString(b, t.Name), uint64(t.DataType))
 	b = appendArrayLen(b, len(t.Shape))
 	for _, d := range t.Shape {
 		b = appendInt(b, d)
 	}
-	return appendUint(appendUint(appendUint(b, uint64(t.Loc)), t.Offset), t.Size)
+	b = appendUint(appendUint(appendUint(b, uint64(t.Loc)), t.Offset), t.Size)
+	if t.Loc == LocClient {
+		b = appendUint(b, t.RegionID)
+	}
+	return b
 }
 
 func appendError(b []byte, e *Error) []byte {
@@ -398,6 +423,24 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 		if n >= want {
 			v := &InferResultMsg{ID: id}
 			err = r.response(&v.Response)
+			m = v
+		}
+	case KindMapRegion:
+		want = 5
+		if n >= want {
+			v := &MapRegionMsg{}
+			if v.RegionID, err = r.uint(math.MaxUint64); err == nil {
+				if v.Offset, err = r.uint(math.MaxUint64); err == nil {
+					v.Size, err = r.uint(math.MaxUint64)
+				}
+			}
+			m = v
+		}
+	case KindUnmapRegion:
+		want = 3
+		if n >= want {
+			v := &UnmapRegionMsg{}
+			v.RegionID, err = r.uint(math.MaxUint64)
 			m = v
 		}
 	case KindHello:
@@ -928,6 +971,12 @@ func (r *reader) tensor(t *Tensor) error {
 	if t.Size, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
+	if n >= 7 {
+		if t.RegionID, err = r.uint(math.MaxUint64); err != nil {
+			return err
+		}
+		return r.skip(n - 7)
+	}
 	return r.skip(n - 6)
 }
 
@@ -994,7 +1043,50 @@ func (r *reader) request(q *Request) error {
 	if q.TimeoutMicros, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
+	if n >= 9 {
+		if q.OutputTargets, err = r.outputTargets(); err != nil {
+			return err
+		}
+		return r.skip(n - 9)
+	}
 	return r.skip(n - 8)
+}
+
+func (r *reader) outputTargets() ([]OutputTarget, error) {
+	if r.nil() {
+		return nil, nil
+	}
+	n, err := r.arrayLen()
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	s := make([]OutputTarget, n)
+	for i := range s {
+		o := &s[i]
+		k, err := r.arrayLen()
+		if err != nil {
+			return nil, err
+		}
+		if k < 4 {
+			return nil, fmt.Errorf("%w: output target of %d elements", errShort, k)
+		}
+		if o.Name, err = r.str(); err != nil {
+			return nil, err
+		}
+		if o.RegionID, err = r.uint(math.MaxUint64); err != nil {
+			return nil, err
+		}
+		if o.Offset, err = r.uint(math.MaxUint64); err != nil {
+			return nil, err
+		}
+		if o.Size, err = r.uint(math.MaxUint64); err != nil {
+			return nil, err
+		}
+		if err = r.skip(k - 4); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func (r *reader) responses() ([]Response, error) {

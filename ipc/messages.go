@@ -18,6 +18,11 @@ type Kind uint8
 //	AutoComplete [7, id, options {str: any}, config_json str]    -> Result(value config_json str)
 //	InferResult  [8, id, Response]     a response to the stub's InferExec (BLS); its
 //	             outputs are in arena 0 and the stub returns them with Free
+//	MapRegion    [9, 0, region_id, region_offset, byte_size]  map the client
+//	             shared-memory region whose fd was just sent with SCM_RIGHTS
+//	             on the lifeline socket (fd 4); tensors with loc LocClient
+//	             name it by region_id
+//	UnmapRegion  [10, 0, region_id]    no request uses the region any more
 //
 // Stub -> supervisor messages.
 //
@@ -53,6 +58,8 @@ const (
 	KindIsReady      Kind = 6
 	KindAutoComplete Kind = 7
 	KindInferResult  Kind = 8
+	KindMapRegion    Kind = 9
+	KindUnmapRegion  Kind = 10
 
 	KindHello       Kind = 64
 	KindResult      Kind = 65
@@ -68,6 +75,10 @@ const (
 	LocArena0 = 0 // supervisor-owned arena; offset relative to arena0_off
 	LocArena1 = 1 // stub-owned arena; offset relative to arena1_off
 	LocNone   = 2 // no bytes (size 0); offset is ignored
+	// LocClient is a client's registered shared-memory region: offset is
+	// relative to the registered part and the tensor's 7th element is the
+	// region id of a MapRegion.
+	LocClient = 3
 )
 
 // Response flags.
@@ -78,7 +89,8 @@ const (
 )
 
 // Tensor describes one tensor whose bytes live in an arena:
-// [name, dtype, shape, loc, offset, size].
+// [name, dtype, shape, loc, offset, size], plus region_id when loc is
+// LocClient (readers accept 6 or 7 elements).
 type Tensor struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Name     string
@@ -87,12 +99,25 @@ type Tensor struct {
 	Loc      uint8
 	Offset   uint64
 	Size     uint64
+	RegionID uint64 `msgpack:",omitempty"`
+}
+
+// OutputTarget asks the stub to write an output straight into a client
+// region: [name, region_id, offset, byte_size].
+type OutputTarget struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Name     string
+	RegionID uint64
+	Offset   uint64
+	Size     uint64
 }
 
 // Request is one inference request inside an Execute message:
 // [handle, request_id, correlation_id, flags, inputs, requested_outputs,
-// parameters_json, timeout_us]. correlation_id is an int or a str.
-// Readers ignore trailing elements they do not know.
+// parameters_json, timeout_us, output_targets]. correlation_id is an int
+// or a str. output_targets ([OutputTarget...]) is sent only when the client
+// asked for outputs in shared memory. Readers ignore trailing elements they
+// do not know.
 type Request struct {
 	_msgpack         struct{} `msgpack:",as_array"`
 	Handle           uint64
@@ -103,6 +128,7 @@ type Request struct {
 	RequestedOutputs []string
 	ParametersJSON   string
 	TimeoutMicros    uint64
+	OutputTargets    []OutputTarget
 }
 
 // Error is [code, message]; code is a backendapi.Code.
@@ -169,6 +195,16 @@ type InferResultMsg struct {
 	Response Response
 }
 
+// MapRegionMsg is [9, 0, region_id, region_offset, byte_size].
+type MapRegionMsg struct {
+	RegionID uint64
+	Offset   uint64
+	Size     uint64
+}
+
+// UnmapRegionMsg is [10, 0, region_id].
+type UnmapRegionMsg struct{ RegionID uint64 }
+
 // HelloMsg is [64, 0, version, pid, info].
 type HelloMsg struct {
 	Version int64
@@ -223,6 +259,8 @@ func (*CancelMsg) Kind() Kind       { return KindCancel }
 func (*IsReadyMsg) Kind() Kind      { return KindIsReady }
 func (*AutoCompleteMsg) Kind() Kind { return KindAutoComplete }
 func (*InferResultMsg) Kind() Kind  { return KindInferResult }
+func (*MapRegionMsg) Kind() Kind    { return KindMapRegion }
+func (*UnmapRegionMsg) Kind() Kind  { return KindUnmapRegion }
 func (*HelloMsg) Kind() Kind        { return KindHello }
 func (*ResultMsg) Kind() Kind       { return KindResult }
 func (*ResponseMsg) Kind() Kind     { return KindResponse }

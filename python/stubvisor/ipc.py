@@ -83,6 +83,8 @@ KIND_CANCEL = 5
 KIND_IS_READY = 6
 KIND_AUTO_COMPLETE = 7
 KIND_INFER_RESULT = 8
+KIND_MAP_REGION = 9
+KIND_UNMAP_REGION = 10
 KIND_HELLO = 64
 KIND_RESULT = 65
 KIND_RESPONSE = 66
@@ -94,6 +96,7 @@ KIND_FREE = 70
 LOC_ARENA0 = 0
 LOC_ARENA1 = 1
 LOC_NONE = 2
+LOC_CLIENT = 3  # a client's shared-memory region; the tensor's 7th element is its region id
 
 FLAG_FINAL = 1
 
