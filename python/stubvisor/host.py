@@ -675,7 +675,9 @@ class Host:
         model drops them (BYTES are copied out and handed back at once)."""
         outputs = []
         pending = self._pending_free
-        for name, dtype, shape, loc, off, size in wire[3]:
+        for t in wire[3]:
+            # Readers ignore trailing elements they do not know.
+            name, dtype, shape, loc, off, size = t[0], t[1], t[2], t[3], t[4], t[5]
             if size == 0:
                 array = np.empty(shape, dtype=object if dtype == pb._BYTES else pb._WIRE_DTYPE[dtype])
             elif dtype == pb._BYTES:
