@@ -594,10 +594,16 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferRequest, opts grpcInferOptions) {
 	version := ""
 	err := st.g.backend.InferStream(st.ctx, ir, func(resp *backendapi.InferResponse, err error, final bool) {
+		// The stub protocol does not tell a response without outputs from
+		// the bare final flag of a decoupled model (send(flags=FINAL)),
+		// so a final response with neither outputs nor parameters is
+		// taken for the flag: Triton sends nothing for it unless the
+		// client asked for an empty final response.
+		flagOnly := resp == nil || final && len(resp.Outputs) == 0 && len(resp.Parameters) == 0
 		switch {
 		case err != nil:
 			st.fail(req, ir, err)
-		case resp != nil:
+		case !flagOnly:
 			out := buildGRPCResponse(resp, ir)
 			version = out.ModelVersion
 			if out.Parameters == nil {
@@ -606,6 +612,9 @@ func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferReques
 			out.Parameters[ParamFinalResponse] = grpcParameter(final)
 			st.send(&pb.ModelStreamInferResponse{InferResponse: out})
 		case final && opts.emptyFinal:
+			if resp != nil {
+				version = strconv.FormatInt(resp.ModelVersion, 10)
+			}
 			if version == "" && ir.ModelVersion > 0 {
 				version = strconv.FormatInt(ir.ModelVersion, 10)
 			}
