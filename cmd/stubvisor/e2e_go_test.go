@@ -1,0 +1,223 @@
+package main
+
+// End-to-end tests of Go-native models (backend: "go"): built on demand by
+// the supervisor from testdata/models/go_*, served over HTTP and gRPC, and
+// restarted like Python stubs when they panic or are killed.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+// goStub is the part of GET /v2/models/{m}/stubs the tests read.
+type goStub struct {
+	PID       int    `json:"pid"`
+	State     string `json:"state"`
+	Restarts  int    `json:"restarts"`
+	LastCause string `json:"last_exit_cause"`
+	Kind      string `json:"kind"`
+}
+
+func goStubOf(t *testing.T, s *server, model string) goStub {
+	t.Helper()
+	var ms []struct {
+		Stubs []goStub `json:"stubs"`
+	}
+	s.getJSON("/v2/models/"+model+"/stubs", &ms)
+	if len(ms) != 1 || len(ms[0].Stubs) != 1 {
+		t.Fatalf("stubs of %s: %+v", model, ms)
+	}
+	return ms[0].Stubs[0]
+}
+
+type goInferOut struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape"`
+	Data     []int32 `json:"data"`
+}
+
+// goInfer sends IN0 (INT32) to model and returns the status and, on
+// success, OUT0; on failure the error text.
+func goInfer(t *testing.T, s *server, model string, shape []int64, vals ...int32) (int, goInferOut, string) {
+	t.Helper()
+	code, body := s.postJSON("/v2/models/"+model+"/infer", map[string]any{
+		"inputs": []map[string]any{{"name": "IN0", "datatype": "INT32", "shape": shape, "data": vals}},
+	})
+	var r struct {
+		Outputs []goInferOut `json:"outputs"`
+		Error   string       `json:"error"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("infer %s: %v: %s", model, err, body)
+	}
+	if code != 200 {
+		return code, goInferOut{}, r.Error
+	}
+	if len(r.Outputs) != 1 || r.Outputs[0].Name != "OUT0" {
+		t.Fatalf("infer %s: outputs %s", model, body)
+	}
+	return code, r.Outputs[0], ""
+}
+
+func TestGoModels(t *testing.T) {
+	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Go models are built from their sources inside this module; the
+	// repository is used in place and only the Go models are loaded.
+	s := startServer(t, repo, "--model-control-mode", "explicit",
+		"--load-model", "go_minimal", "--load-model", "go_minimal_batch",
+		"--load-model", "go_panic", "--load-model", "go_repeat",
+		"--stub-restart-backoff", "10ms")
+
+	t.Run("minimal", func(t *testing.T) {
+		code, out, msg := goInfer(t, s, "go_minimal", []int64{4}, 1, 2, 3, 4)
+		if code != 200 || fmt.Sprint(out.Data) != "[1 2 3 4]" || fmt.Sprint(out.Shape) != "[4]" || out.Datatype != "INT32" {
+			t.Fatalf("go_minimal: %d %+v %s", code, out, msg)
+		}
+		if st := goStubOf(t, s, "go_minimal"); st.Kind != "go" || st.State != "ready" {
+			t.Fatalf("stub status %+v", st)
+		}
+	})
+
+	t.Run("minimal_batch", func(t *testing.T) {
+		// Concurrent single requests (which the dynamic batcher may merge)
+		// and one request of batch 2: each gets back exactly its own rows.
+		var wg sync.WaitGroup
+		errs := make(chan string, 9)
+		for i := range int32(8) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				want := []int32{i, i + 1, i + 2, i + 3}
+				code, out, msg := goInfer(t, s, "go_minimal_batch", []int64{1, 4}, want...)
+				if code != 200 || fmt.Sprint(out.Data) != fmt.Sprint(want) || fmt.Sprint(out.Shape) != "[1 4]" {
+					errs <- fmt.Sprintf("request %d: %d %+v %s", i, code, out, msg)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		code, out, msg := goInfer(t, s, "go_minimal_batch", []int64{2, 4}, 1, 2, 3, 4, 5, 6, 7, 8)
+		if code != 200 || fmt.Sprint(out.Data) != "[1 2 3 4 5 6 7 8]" || fmt.Sprint(out.Shape) != "[2 4]" {
+			t.Fatalf("batch of 2: %d %+v %s", code, out, msg)
+		}
+	})
+
+	t.Run("repeat_decoupled_grpc_stream", func(t *testing.T) {
+		if s.GRPC == "" {
+			t.Skip("no gRPC listener")
+		}
+		conn, err := grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		st, err := pb.NewGRPCInferenceServiceClient(conn).ModelStreamInfer(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := []int32{5, 6, 7}
+		raw := make([]byte, 0, 4*len(vals))
+		for _, v := range vals {
+			raw = binary.LittleEndian.AppendUint32(raw, uint32(v))
+		}
+		req := &pb.ModelInferRequest{ModelName: "go_repeat", Id: "r",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{3}}},
+			RawInputContents: [][]byte{raw}}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ErrorMessage != "" {
+				t.Fatalf("stream error: %s", m.ErrorMessage)
+			}
+			r := m.InferResponse
+			outs := map[string]uint32{}
+			for i, o := range r.GetOutputs() {
+				outs[o.Name] = binary.LittleEndian.Uint32(r.RawOutputContents[i])
+			}
+			if len(outs) > 0 {
+				got = append(got, fmt.Sprintf("%d@%d", int32(outs["OUT"]), outs["IDX"]))
+			}
+		}
+		if strings.Join(got, " ") != "5@0 6@1 7@2" {
+			t.Fatalf("streamed %v, want [5@0 6@1 7@2]", got)
+		}
+	})
+
+	t.Run("panic_restarts_stub", func(t *testing.T) {
+		before := goStubOf(t, s, "go_panic")
+		code, _, msg := goInfer(t, s, "go_panic", []int64{4}, -1, 0, 0, 0)
+		if code == 200 || !strings.Contains(msg, "died while executing the request") || !strings.Contains(msg, "exit status 2") {
+			t.Fatalf("panicking request: %d %q, want the stub death reported", code, msg)
+		}
+		waitFor(t, 30*time.Second, "go_panic restarted", func() bool {
+			st := goStubOf(t, s, "go_panic")
+			return st.Restarts == 1 && st.State == "ready" && st.PID != before.PID
+		})
+		code, out, msg := goInfer(t, s, "go_panic", []int64{4}, 9, 8, 7, 6)
+		if code != 200 || fmt.Sprint(out.Data) != "[9 8 7 6]" {
+			t.Fatalf("after restart: %d %+v %s", code, out, msg)
+		}
+		if st := goStubOf(t, s, "go_panic"); !strings.Contains(st.LastCause, "exit status 2") {
+			t.Fatalf("last exit cause %q, want the panic's exit status 2", st.LastCause)
+		}
+		if log := s.Log(); !strings.Contains(log, "panic: go_panic: IN0[0] == -1") {
+			t.Fatalf("the panic is not in the server log:\n%s", log)
+		}
+	})
+
+	t.Run("sigkill_restarts_stub", func(t *testing.T) {
+		before := goStubOf(t, s, "go_minimal")
+		if before.PID <= 0 {
+			t.Fatalf("no pid: %+v", before)
+		}
+		if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "go_minimal restarted", func() bool {
+			st := goStubOf(t, s, "go_minimal")
+			return st.Restarts == 1 && st.State == "ready" && st.PID != before.PID
+		})
+		code, out, msg := goInfer(t, s, "go_minimal", []int64{4}, 4, 3, 2, 1)
+		if code != 200 || fmt.Sprint(out.Data) != "[4 3 2 1]" {
+			t.Fatalf("after restart: %d %+v %s", code, out, msg)
+		}
+		if st := goStubOf(t, s, "go_minimal"); !strings.Contains(st.LastCause, "signal: killed") {
+			t.Fatalf("last exit cause %q, want \"signal: killed\"", st.LastCause)
+		}
+	})
+}
