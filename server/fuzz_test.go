@@ -1,0 +1,115 @@
+package server
+
+import (
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+// FuzzParseInferRequest feeds arbitrary bodies to the infer parser. It must
+// never panic, every error must be a client error, and an accepted request
+// must be self-consistent: each input has exactly one data source, shapes
+// are non-negative, and JSON-decoded fixed-size tensors have exactly the
+// bytes their shape calls for.
+func FuzzParseInferRequest(f *testing.F) {
+	seeds := []string{
+		`{"id":"r1","inputs":[{"name":"A","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]}]}`,
+		`{"inputs":[{"data":[true,false],"name":"A","datatype":"BOOL","shape":[2]}]}`,
+		`{"inputs":[{"name":"S","shape":[2],"datatype":"BYTES","data":["hi","\u00e9"]}]}`,
+		`{"inputs":[{"name":"A","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}],"outputs":[{"name":"O","parameters":{"binary_data":true}}]}`,
+		`{"parameters":{"sequence_id":"c","sequence_start":true,"priority":1,"timeout":9,"x":1.5},"inputs":[]}`,
+		`{"inputs":[{"name":"A","shape":[4],"datatype":"FP32","parameters":{"shared_memory_region":"r","shared_memory_byte_size":16}}]}`,
+		`{"inputs":[{"name":"A","shape":[1],"datatype":"INT8","data":[128]}]}`,
+		`{"inputs":[{"name":"A","shape":[0],"datatype":"UINT64","data":[]}],"outputs":[{"name":"O","parameters":{"classification":3}}]}`,
+		`{"inputs":[`,
+		`[]`,
+		``,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s), []byte{1, 2, 3, 4, 5, 6, 7, 8}, true)
+		f.Add([]byte(s), []byte(nil), false)
+	}
+	f.Fuzz(func(t *testing.T, hdr, bin []byte, hdrGiven bool) {
+		c := getCall()
+		defer putCall(c)
+		err := c.parseInferHeader("m", hdr, bin, hdrGiven)
+		if err != nil {
+			if code := backendapi.CodeOf(err); code != backendapi.InvalidArg {
+				t.Fatalf("error %q has class %v, want INVALID_ARG", err, code)
+			}
+			return
+		}
+		for i, in := range c.req.Inputs {
+			if (in.Data != nil) == (in.SharedMemory != nil) {
+				t.Fatalf("input %d (%s) has data %v and shared memory %v", i, in.Name, in.Data != nil, in.SharedMemory != nil)
+			}
+			n := ElementCount(in.Shape)
+			if n < 0 {
+				for _, d := range in.Shape {
+					if d < 0 {
+						t.Fatalf("input %s has negative dim in %v", in.Name, in.Shape)
+					}
+				}
+			}
+			if c.slots[i].jsonData && in.DataType.Size() > 0 && int64(len(in.Data)) != n*int64(in.DataType.Size()) {
+				t.Fatalf("input %s: %d bytes for shape %v of %v", in.Name, len(in.Data), in.Shape, in.DataType)
+			}
+		}
+		if len(c.kinds) != len(c.req.Outputs) {
+			t.Fatalf("%d output kinds for %d outputs", len(c.kinds), len(c.req.Outputs))
+		}
+	})
+}
+
+// FuzzJSONData checks that decoding JSON tensor data never panics and that
+// whatever decodes re-encodes and decodes to the same bytes (except
+// invalid UTF-8 and non-finite floats, which JSON cannot carry).
+func FuzzJSONData(f *testing.F) {
+	for _, s := range []string{`[1,2.5,-3]`, `[[true],[false]]`, `["a","\n"]`, `[18446744073709551615]`, `[1e39]`, `[[[`} {
+		for dt := backendapi.TypeBool; dt <= backendapi.TypeBF16; dt++ {
+			f.Add([]byte(s), uint8(dt))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, dtCode uint8) {
+		dt := backendapi.DataType(dtCode)
+		if !decodable(dt) {
+			return
+		}
+		sc := jsonScanner{buf: data}
+		out, n, err := decodeJSONData(nil, &sc, dt, -1)
+		if err != nil {
+			return
+		}
+		if dt == backendapi.TypeBytes && !validElements(out) {
+			// Invalid UTF-8 is written as U+FFFD so that replies stay
+			// valid JSON; it cannot round-trip.
+			return
+		}
+		js, err := appendJSONData(nil, "x", dt, out, n)
+		if err != nil {
+			t.Fatalf("re-encoding %x as %v: %v", out, dt, err)
+		}
+		sc = jsonScanner{buf: js}
+		back, m, err := decodeJSONData(nil, &sc, dt, n)
+		if err != nil || m != n || string(back) != string(out) {
+			// NaN payloads are the one thing JSON cannot carry exactly.
+			if dt == backendapi.TypeFP32 || dt == backendapi.TypeFP64 {
+				return
+			}
+			t.Fatalf("round trip of %s as %v: %x (%d) -> %s -> %x (%d), %v", data, dt, out, n, js, back, m, err)
+		}
+	})
+}
+
+// validElements reports whether every element of a BYTES tensor is UTF-8.
+func validElements(data []byte) bool {
+	for len(data) > 0 {
+		elem, rest, ok := NextBytesElement(data)
+		if !ok || !utf8.Valid(elem) {
+			return false
+		}
+		data = rest
+	}
+	return true
+}
