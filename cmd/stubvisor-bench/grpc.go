@@ -1,0 +1,358 @@
+package main
+
+// The grpc subcommand: KServe v2 gRPC ModelInfer against the built
+// bin/stubvisor, N concurrent callers on one HTTP/2 connection, next to a
+// yardstick measured in the same run: a trivial grpc-go service with the
+// same message types that echoes inputs as outputs.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+func init() {
+	register("grpc", "KServe v2 gRPC ModelInfer against bin/stubvisor, with a grpc-go echo yardstick", runGRPCBench)
+}
+
+// benchModels are the model configurations the bench writes into its
+// temporary repository (model.py files come from testdata/models).
+var benchModels = []struct{ name, source, config string }{
+	{"add_sub", "add_sub", `name: "add_sub"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+`},
+	{"add_sub_batched", "add_sub", `name: "add_sub_batched"
+backend: "python"
+max_batch_size: 64
+dynamic_batching {}
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+instance_group [{ kind: KIND_CPU, count: 2 }]
+`},
+	{"identity_fp32", "identity_fp32", ""},
+}
+
+// grpcCase is one measured configuration.
+type grpcCase struct {
+	name        string
+	concurrency int
+	req         *pb.ModelInferRequest
+	yardstick   bool // also measure the echo service with the same load
+}
+
+func fp32Bytes(n int) []byte {
+	b := make([]byte, 0, 4*n)
+	for i := 0; i < n; i++ {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(i)))
+	}
+	return b
+}
+
+func addSubRequest(model string, batched bool) *pb.ModelInferRequest {
+	shape := []int64{16}
+	if batched {
+		shape = []int64{1, 16}
+	}
+	return &pb.ModelInferRequest{
+		ModelName: model,
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{
+			{Name: "INPUT0", Datatype: "FP32", Shape: shape},
+			{Name: "INPUT1", Datatype: "FP32", Shape: shape},
+		},
+		RawInputContents: [][]byte{fp32Bytes(16), fp32Bytes(16)},
+	}
+}
+
+func runGRPCBench(args []string) error {
+	fs := flag.NewFlagSet("grpc", flag.ContinueOnError)
+	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
+	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
+	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
+	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if *bin == "" {
+		*bin = filepath.Join(root, "bin", "stubvisor")
+	}
+	if _, err := os.Stat(*bin); err != nil {
+		return fmt.Errorf("%w (run make build first)", err)
+	}
+	tmp, err := os.MkdirTemp("", "stubvisor-bench-grpc-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	repo := filepath.Join(tmp, "models")
+	for _, m := range benchModels {
+		dst := filepath.Join(repo, m.name)
+		if err := os.CopyFS(dst, os.DirFS(filepath.Join(root, "testdata", "models", m.source))); err != nil {
+			return fmt.Errorf("copy model %s: %w", m.source, err)
+		}
+		if m.config != "" {
+			if err := os.WriteFile(filepath.Join(dst, "config.pbtxt"), []byte(m.config), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	srv, err := startStubvisor(*bin, repo, filepath.Join(tmp, "cache"), *python)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+
+	echoAddr, stopEcho, err := startEcho()
+	if err != nil {
+		return err
+	}
+	defer stopEcho()
+
+	cases := []grpcCase{
+		{"add_sub-16xFP32-c1", 1, addSubRequest("add_sub", false), true},
+		{"add_sub-16xFP32-c16", 16, addSubRequest("add_sub", false), true},
+		{"add_sub-16xFP32-c16-batched", 16, addSubRequest("add_sub_batched", true), false},
+		{"identity-4MiB-c1", 1, &pb.ModelInferRequest{
+			ModelName:        "identity_fp32",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1 << 20}}},
+			RawInputContents: [][]byte{fp32Bytes(1 << 20)},
+		}, true},
+	}
+	results := map[string]Stats{}
+	for _, c := range cases {
+		s, err := loadGRPC(srv.addr, c, *warmup, *duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		results[c.name] = s
+		printGRPC(c.name, s)
+		if c.yardstick {
+			y, err := loadGRPC(echoAddr, c, *warmup, *duration)
+			if err != nil {
+				return fmt.Errorf("yardstick-%s: %w", c.name, err)
+			}
+			results["yardstick-"+c.name] = y
+			printGRPC("yardstick-"+c.name, y)
+			fmt.Printf("grpc ratio %s/yardstick=%.3f\n", c.name, s.PerSecond/y.PerSecond)
+		}
+	}
+	b, u := results["add_sub-16xFP32-c16-batched"], results["add_sub-16xFP32-c16"]
+	fmt.Printf("grpc ratio add_sub-16xFP32-c16-batched/add_sub-16xFP32-c16=%.3f\n", b.PerSecond/u.PerSecond)
+	return nil
+}
+
+func printGRPC(name string, s Stats) {
+	fmt.Printf("grpc %s rps=%.0f p50_us=%.0f p99_us=%.0f\n", name, s.PerSecond,
+		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond))
+}
+
+// loadGRPC runs c.concurrency callers on one connection for warmup, then
+// measures for d. Every response is checked for the right output count.
+func loadGRPC(addr string, c grpcCase, warmup, d time.Duration) (Stats, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	if err != nil {
+		return Stats{}, err
+	}
+	defer conn.Close()
+	client := pb.NewGRPCInferenceServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), warmup+d+time.Minute)
+	defer cancel()
+	start := time.Now()
+	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		samples  []time.Duration
+		ops      int
+		firstErr error
+	)
+	for i := 0; i < c.concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for {
+				t0 := time.Now()
+				if t0.After(end) {
+					break
+				}
+				r, err := client.ModelInfer(ctx, c.req)
+				if err == nil && len(r.RawOutputContents) == 0 {
+					err = errors.New("response without raw outputs")
+				}
+				if err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				if t0.After(measureFrom) {
+					mine = append(mine, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			samples = append(samples, mine...)
+			ops += len(mine)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return Stats{}, firstErr
+	}
+	return summarize(samples, ops, d), nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// echoService is the yardstick: ModelInfer returns the inputs as outputs
+// (same names, types, shapes and raw bytes) and does nothing else.
+type echoService struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+}
+
+func (echoService) ModelInfer(_ context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	out := &pb.ModelInferResponse{ModelName: req.ModelName, ModelVersion: "1", Id: req.Id,
+		Outputs: make([]*pb.ModelInferResponse_InferOutputTensor, len(req.Inputs)), RawOutputContents: req.RawInputContents}
+	for i, in := range req.Inputs {
+		out.Outputs[i] = &pb.ModelInferResponse_InferOutputTensor{Name: in.Name, Datatype: in.Datatype, Shape: in.Shape}
+	}
+	return out, nil
+}
+
+func startEcho() (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	s := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
+	pb.RegisterGRPCInferenceServiceServer(s, echoService{})
+	done := make(chan struct{})
+	go func() {
+		_ = s.Serve(l)
+		close(done)
+	}()
+	return l.Addr().String(), func() { s.Stop(); <-done }, nil
+}
+
+// stubvisorProc is the server under test.
+type stubvisorProc struct {
+	cmd    *exec.Cmd
+	addr   string
+	exited chan struct{}
+}
+
+var grpcListenRE = regexp.MustCompile(`listening: service=gRPC address=(\S+)`)
+
+// startStubvisor starts bin on repo with the gRPC port chosen by the
+// kernel and waits (up to 2 minutes) until every model is loaded.
+func startStubvisor(bin, repo, cache, python string) (*stubvisorProc, error) {
+	cmd := exec.Command(bin, "--model-repository", repo, "--address", "127.0.0.1",
+		"--http-port", "-1", "--metrics-port", "-1", "--grpc-port", "0",
+		"--cache-dir", cache, "--python", python)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &stubvisorProc{cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		addr := ""
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			if log.Len() < 1<<20 {
+				log.WriteString(line + "\n")
+			}
+			logMu.Unlock()
+			if m := grpcListenRE.FindStringSubmatch(line); m != nil {
+				addr = m[1]
+			}
+			if strings.Contains(line, "stubvisor started") {
+				ready <- addr
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case p.addr = <-ready:
+		if p.addr == "" {
+			p.stop()
+			return nil, errors.New("stubvisor started without a gRPC listener")
+		}
+		return p, nil
+	case <-p.exited:
+		logMu.Lock()
+		defer logMu.Unlock()
+		return nil, fmt.Errorf("stubvisor exited at start:\n%s", log.String())
+	case <-time.After(2 * time.Minute):
+		p.stop()
+		return nil, errors.New("stubvisor did not start within 2 minutes")
+	}
+}
+
+// stop sends SIGTERM and waits for the exit (SIGKILL after 30s).
+func (p *stubvisorProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
