@@ -104,6 +104,7 @@ func runGRPCBench(args []string) error {
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
 	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
 	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,7 +135,11 @@ func runGRPCBench(args []string) error {
 			}
 		}
 	}
-	srv, err := startStubvisor(*bin, repo, filepath.Join(tmp, "cache"), *python)
+	extra := []string{"--python", *python}
+	if *spin != "" {
+		extra = append(extra, "--stub-spin", *spin)
+	}
+	srv, err := startStubvisor(*bin, repo, filepath.Join(tmp, "cache"), extra...)
 	if err != nil {
 		return err
 	}
@@ -290,10 +295,11 @@ var grpcListenRE = regexp.MustCompile(`listening: service=gRPC address=(\S+)`)
 
 // startStubvisor starts bin on repo with the gRPC port chosen by the
 // kernel and waits (up to 2 minutes) until every model is loaded.
-func startStubvisor(bin, repo, cache, python string) (*stubvisorProc, error) {
-	cmd := exec.Command(bin, "--model-repository", repo, "--address", "127.0.0.1",
+func startStubvisor(bin, repo, cache string, extra ...string) (*stubvisorProc, error) {
+	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
 		"--http-port", "-1", "--metrics-port", "-1", "--grpc-port", "0",
-		"--cache-dir", cache, "--python", python)
+		"--cache-dir", cache}, extra...)
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
