@@ -166,11 +166,16 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
+	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv})
+	if err != nil {
+		sup.Close(time.Duration(c.exitTimeout) * time.Second)
+		return err
+	}
 	services := []service{
 		{"HTTP", c.httpPort, srv.Serve},
+		{"gRPC", c.grpcPort, grpcSrv.Serve},
 		{"metrics", c.metricsPort, srv.ServeMetrics},
 	}
-	services = append(services, grpcService(c, sup, log)...)
 	errc := make(chan error, len(services))
 	var wg sync.WaitGroup
 	for _, svc := range services {
@@ -180,6 +185,7 @@ func run(c *config) error {
 		l, err := net.Listen("tcp", net.JoinHostPort(c.address, strconv.Itoa(svc.port)))
 		if err != nil {
 			_ = srv.Shutdown(context.Background())
+			grpcSrv.Stop()
 			sup.Close(time.Duration(c.exitTimeout) * time.Second)
 			return fmt.Errorf("listen %s: %w", svc.name, err)
 		}
@@ -203,7 +209,7 @@ func run(c *config) error {
 	timeout := time.Duration(c.exitTimeout) * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	stopGRPC(ctx)
+	grpcSrv.GracefulStop(ctx)
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("HTTP shutdown", "error", err)
 	}
