@@ -36,11 +36,13 @@ const (
 	exitOK       = 0 // finalized
 	exitPeerDead = 1 // the supervisor went away
 	exitAttach   = 2 // fd 3 is not a region
+	exitProtocol = 3 // the supervisor sent something unreadable
 )
 
 // Serve runs model in this process as a stub of the supervisor that
 // started it, and never returns: the process exits after Finalize (status
-// 0), when the supervisor dies (1), or when fd 3 is not a region (2).
+// 0), when the supervisor dies (1), when fd 3 is not a region (2), or
+// when a frame breaks the protocol (3).
 func Serve(model backendapi.Model) {
 	os.Exit(serve(model))
 }
@@ -109,9 +111,10 @@ func (h *host) run() int {
 		m, err := h.next()
 		if err != nil {
 			if errors.Is(err, ipc.ErrProtocol) {
-				// A frame we cannot read: say so and carry on with the next.
-				h.logf("ERROR", "stub could not read a message: %v", err)
-				continue
+				// A corrupt ring cannot be resynchronised: leave, so the
+				// supervisor restarts a clean stub.
+				fmt.Fprintf(os.Stderr, "stubvisor Go stub: %v\n", err)
+				return exitProtocol
 			}
 			return exitPeerDead
 		}
