@@ -1,6 +1,10 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"net/url"
 	"testing"
 	"unicode/utf8"
 
@@ -110,6 +114,59 @@ func validElements(data []byte) bool {
 			return false
 		}
 		data = rest
+	}
+	return true
+}
+
+// FuzzRoute sends arbitrary paths, methods and bodies through the whole
+// HTTP handler: it must always answer, never panic, and every error reply
+// must be Triton's {"error": ...} JSON.
+func FuzzRoute(f *testing.F) {
+	for _, p := range []string{
+		"/v2", "/v2/models/add_sub/versions/1/infer", "/v2/models/a%2Fb/ready", "/v2/repository/r/models/m/load",
+		"/v2/systemsharedmemory/region/x/register", "/v2/cudasharedmemory/status", "/v2/models//infer", "/v2/logging",
+		"/v2/models/identity/infer", "/v2/stubs",
+	} {
+		f.Add("POST", p, []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}`), "")
+		f.Add("GET", p, []byte(nil), "0")
+	}
+	b := newTestBackend()
+	s, err := New(b, Options{MaxInputSize: 1 << 16})
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := s.HTTPHandler()
+	f.Fuzz(func(t *testing.T, method, path string, body []byte, hdrLen string) {
+		u, err := url.ParseRequestURI(path)
+		if err != nil || !validMethod(method) {
+			return
+		}
+		req := httptest.NewRequest(method, "http://x/", bytes.NewReader(body))
+		req.URL = u
+		if hdrLen != "" {
+			req.Header.Set(hdrInferHeaderLength, hdrLen)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code >= 400 && rec.Body.Len() > 0 {
+			var e struct {
+				Error *string `json:"error"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error == nil {
+				t.Fatalf("%s %s: status %d with body %q, want {\"error\": ...}", method, path, rec.Code, rec.Body.Bytes())
+			}
+		}
+	})
+}
+
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for _, c := range m {
+		if c < 'A' || c > 'Z' {
+			return false
+		}
 	}
 	return true
 }
