@@ -1,0 +1,361 @@
+package main
+
+// The http benchmark: KServe v2 HTTP infer against bin/stubvisor with N
+// keep-alive connections (one goroutine each), next to a yardstick: a
+// plain net/http handler on the same machine that reads the same request
+// bodies and writes back the bodies stubvisor answered with. The ratio of
+// the two is what the targets are about; the yardstick absorbs the
+// machine's HTTP and loopback cost.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func init() {
+	register("http", "KServe v2 HTTP infer against bin/stubvisor, with a net/http echo yardstick", runHTTPBench)
+}
+
+// httpAddSub16 is add_sub with 16 elements per tensor (testdata's has 4).
+const httpAddSub16 = `name: "add_sub"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
+]
+instance_group [{ kind: KIND_CPU }]
+`
+
+// httpCase is one benchmark case: a request replayed by conns callers.
+type httpCase struct {
+	name   string
+	conns  int
+	path   string
+	body   []byte
+	header http.Header
+}
+
+func httpCases() ([]httpCase, error) {
+	vals := make([]float32, 16)
+	for i := range vals {
+		vals[i] = float32(i) + 0.5
+	}
+	addSub, err := json.Marshal(map[string]any{"inputs": []map[string]any{
+		{"name": "INPUT0", "shape": []int{16}, "datatype": "FP32", "data": vals},
+		{"name": "INPUT1", "shape": []int{16}, "datatype": "FP32", "data": vals},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	const n = 1 << 20 // 4 MiB of FP32
+	hdr, err := json.Marshal(map[string]any{
+		"inputs": []map[string]any{{"name": "INPUT0", "shape": []int{n}, "datatype": "FP32",
+			"parameters": map[string]any{"binary_data_size": 4 * n}}},
+		"parameters": map[string]any{"binary_data_output": true},
+	})
+	if err != nil {
+		return nil, err
+	}
+	blob := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(blob[4*i:], math.Float32bits(float32(i)))
+	}
+	identity := append(hdr, blob...)
+	jsonHdr := http.Header{"Content-Type": {"application/json"}}
+	binHdr := http.Header{"Content-Type": {"application/octet-stream"},
+		"Inference-Header-Content-Length": {strconv.Itoa(len(hdr))}}
+	return []httpCase{
+		{"add_sub-16xFP32-json-c1", 1, "/v2/models/add_sub/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c16", 16, "/v2/models/add_sub/infer", addSub, jsonHdr},
+		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
+	}, nil
+}
+
+func runHTTPBench(args []string) error {
+	fs := flag.NewFlagSet("http", flag.ContinueOnError)
+	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
+	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
+	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
+	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	only := fs.String("case", "", "run only the cases whose name contains this")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if *bin == "" {
+		*bin = filepath.Join(root, "bin", "stubvisor")
+	}
+	if _, err := os.Stat(*bin); err != nil {
+		return fmt.Errorf("%w (run make build first)", err)
+	}
+	tmp, err := os.MkdirTemp("", "stubvisor-bench-http-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	repo := filepath.Join(tmp, "models")
+	for _, m := range []string{"add_sub", "identity_fp32"} {
+		if err := os.CopyFS(filepath.Join(repo, m), os.DirFS(filepath.Join(root, "testdata", "models", m))); err != nil {
+			return fmt.Errorf("copy model %s: %w", m, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(repo, "add_sub", "config.pbtxt"), []byte(httpAddSub16), 0o644); err != nil {
+		return err
+	}
+	srv, err := startHTTPStubvisor(*bin, repo, filepath.Join(tmp, "cache"), "--python", *python)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+
+	cases, err := httpCases()
+	if err != nil {
+		return err
+	}
+	for _, c := range cases {
+		if *only != "" && !strings.Contains(c.name, *only) {
+			continue
+		}
+		// The yardstick answers with exactly what stubvisor answered.
+		canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.base, c)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		s, err := loadHTTP(srv.base, c, *warmup, *duration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		printHTTP(c.name, s)
+		yBase, stopY, err := startHTTPYardstick(canned, cannedHdr)
+		if err != nil {
+			return err
+		}
+		y, err := loadHTTP(yBase, c, *warmup, *duration)
+		stopY()
+		if err != nil {
+			return fmt.Errorf("yardstick-%s: %w", c.name, err)
+		}
+		printHTTP("yardstick-"+c.name, y)
+		fmt.Printf("http ratio %s/yardstick=%.3f\n", c.name, s.PerSecond/y.PerSecond)
+	}
+	return nil
+}
+
+func printHTTP(name string, s Stats) {
+	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f\n", name, s.PerSecond,
+		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond))
+}
+
+// httpOnce sends the case's request once and returns the 200 response.
+func httpOnce(cl *http.Client, base string, c httpCase) ([]byte, http.Header, error) {
+	req, err := http.NewRequest(http.MethodPost, base+c.path, bytes.NewReader(c.body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header = c.header
+	resp, err := cl.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("status %d: %.300s", resp.StatusCode, b)
+	}
+	return b, resp.Header, nil
+}
+
+// loadHTTP replays the case from c.conns goroutines, each on its own
+// keep-alive connection, for warmup (unmeasured) and then d.
+func loadHTTP(base string, c httpCase, warmup, d time.Duration) (Stats, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: c.conns, MaxConnsPerHost: c.conns, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	cl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	start := time.Now()
+	measureFrom, stopAt := start.Add(warmup), start.Add(warmup+d)
+	var (
+		mu       sync.Mutex
+		samples  []time.Duration
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range c.conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			buf := new(bytes.Buffer)
+			for {
+				t0 := time.Now()
+				if t0.After(stopAt) {
+					break
+				}
+				req, err := http.NewRequest(http.MethodPost, base+c.path, bytes.NewReader(c.body))
+				if err == nil {
+					req.Header = c.header
+					var resp *http.Response
+					if resp, err = cl.Do(req); err == nil {
+						buf.Reset()
+						_, err = buf.ReadFrom(resp.Body)
+						resp.Body.Close()
+						if err == nil && resp.StatusCode != http.StatusOK {
+							err = fmt.Errorf("status %d: %.300s", resp.StatusCode, buf.Bytes())
+						}
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				if t0.After(measureFrom) {
+					mine = append(mine, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			samples = append(samples, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return Stats{}, firstErr
+	}
+	return summarize(samples, len(samples), time.Since(measureFrom)), nil
+}
+
+// startHTTPYardstick serves a handler that reads each request body in full
+// and answers with body and the headers stubvisor sent.
+func startHTTPYardstick(body []byte, h http.Header) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	ct, ihl := h.Get("Content-Type"), h.Get("Inference-Header-Content-Length")
+	var pool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := pool.Get().(*bytes.Buffer)
+		buf.Reset()
+		_, _ = buf.ReadFrom(r.Body)
+		pool.Put(buf)
+		w.Header().Set("Content-Type", ct)
+		if ihl != "" {
+			w.Header().Set("Inference-Header-Content-Length", ihl)
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	})}
+	go func() { _ = hs.Serve(l) }()
+	return "http://" + l.Addr().String(), func() { _ = hs.Close() }, nil
+}
+
+// httpStubvisor is a stubvisor process serving HTTP on a kernel-chosen port.
+type httpStubvisor struct {
+	cmd    *exec.Cmd
+	base   string
+	exited chan struct{}
+}
+
+var httpListenRE = regexp.MustCompile(`listening: service=HTTP address=(\S+)`)
+
+// startHTTPStubvisor starts bin on repo with only the HTTP listener and
+// waits (up to 2 minutes) until every model is loaded.
+func startHTTPStubvisor(bin, repo, cache string, extra ...string) (*httpStubvisor, error) {
+	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
+		"--http-port", "0", "--metrics-port", "-1", "--grpc-port", "-1", "--cache-dir", cache}, extra...)
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &httpStubvisor{cmd: cmd, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	var logMu sync.Mutex
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		addr := ""
+		for sc.Scan() {
+			line := sc.Text()
+			logMu.Lock()
+			if log.Len() < 1<<20 {
+				log.WriteString(line + "\n")
+			}
+			logMu.Unlock()
+			if m := httpListenRE.FindStringSubmatch(line); m != nil {
+				addr = m[1]
+			}
+			if strings.Contains(line, "stubvisor started") {
+				ready <- addr
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case addr := <-ready:
+		if addr == "" {
+			p.stop()
+			return nil, errors.New("stubvisor started without an HTTP listener")
+		}
+		p.base = "http://" + addr
+		return p, nil
+	case <-p.exited:
+		logMu.Lock()
+		defer logMu.Unlock()
+		return nil, fmt.Errorf("stubvisor exited at start:\n%s", log.String())
+	case <-time.After(2 * time.Minute):
+		p.stop()
+		return nil, errors.New("stubvisor did not start within 2 minutes")
+	}
+}
+
+// stop sends SIGTERM and waits for the exit (SIGKILL after 30s).
+func (p *httpStubvisor) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
