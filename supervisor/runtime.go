@@ -161,6 +161,13 @@ func (s *Supervisor) goModelBinary(mv *modelVersion) (string, error) {
 		}
 	}
 	h := sha256.New()
+	// The model links the stub library of this very server: a rebuilt
+	// server must rebuild its models too.
+	if exe, err := os.Executable(); err == nil {
+		if info, err := os.Stat(exe); err == nil {
+			fmt.Fprintf(h, "%s %d %d\n", exe, info.Size(), info.ModTime().UnixNano())
+		}
+	}
 	for _, src := range sources {
 		b, err := os.ReadFile(src)
 		if err != nil {
