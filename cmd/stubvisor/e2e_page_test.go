@@ -38,7 +38,8 @@ func pageDOM(t *testing.T, chromium, url string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--no-first-run", "--disable-dev-shm-usage", "--user-data-dir="+t.TempDir(),
+		"--no-first-run", "--disable-dev-shm-usage", "--disable-crash-reporter", "--disable-breakpad",
+		"--user-data-dir="+t.TempDir(),
 		"--virtual-time-budget=1500", "--dump-dom", url)
 	// Chromium forks helpers; its own process group lets the test end
 	// them all if it hangs.
