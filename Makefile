@@ -22,8 +22,13 @@ deps:
 build:
 	$(GO) build -o $(BIN)/stubvisor ./cmd/stubvisor
 
+# The example repository also holds models that fail on purpose (for the
+# tests); run loads the ones that serve.
+RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate go_minimal go_repeat
+
 run: deps build
-	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON)
+	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON) \
+		--model-control-mode explicit $(addprefix --load-model ,$(RUN_MODELS))
 
 vet:
 	$(GO) vet ./...

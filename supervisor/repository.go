@@ -87,7 +87,7 @@ func (s *Supervisor) UnloadModel(_ context.Context, name string, _ bool) error {
 	if !known {
 		return backendapi.Errorf(backendapi.InvalidArg, "failed to unload '%s', no version is available", name)
 	}
-	s.unload(name, "unloaded")
+	s.unload(name, reasonUnloaded)
 	return nil
 }
 

@@ -101,6 +101,9 @@ type Supervisor struct {
 	pyOnce sync.Once
 	pyDir  string
 	pyErr  error
+
+	// shm is the registry of client shared-memory regions (clientshm.go).
+	shm clientShm
 }
 
 var _ backendapi.Backend = (*Supervisor)(nil)
@@ -196,6 +199,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 		go func() { defer wg.Done(); mv.stop(timeout) }()
 	}
 	wg.Wait()
+	s.shm.closeAll()
 }
 
 // pythonDir extracts the embedded Python stub once.
@@ -230,10 +234,19 @@ func (s *Supervisor) Ready() bool {
 			}
 		case "LOADING":
 			return false
+		case "UNAVAILABLE":
+			// As in Triton, a model that failed to load makes a strictly
+			// ready server not ready; one unloaded on purpose does not.
+			if e.reason != reasonUnloaded {
+				return false
+			}
 		}
 	}
 	return true
 }
+
+// reasonUnloaded is the index reason of a model unloaded on request.
+const reasonUnloaded = "unloaded"
 
 // errUnknownModel is Triton's text for a model that is not loaded.
 func errUnknownModel(name string, known bool) error {
@@ -254,7 +267,7 @@ func (s *Supervisor) lookup(name string, version int64) (*modelVersion, error) {
 		return nil, errUnknownModel(name, e != nil)
 	}
 	if len(e.versions) == 0 {
-		if e.state == "UNAVAILABLE" && e.reason != "unloaded" {
+		if e.state == "UNAVAILABLE" && e.reason != reasonUnloaded {
 			return nil, backendapi.Errorf(backendapi.Unavailable, "Request for unknown model: '%s' has no available versions", name)
 		}
 		return nil, errUnknownModel(name, true)
