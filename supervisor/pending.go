@@ -34,6 +34,9 @@ type pending struct {
 	inputs   []uint64 // arena 0 offsets of the inputs
 	execDone bool     // the batch's ExecuteDone arrived
 	final    bool     // the final response arrived
+	// onEnd runs once when the request ends (clientshm.go: releases the
+	// client regions it used).
+	onEnd func()
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
@@ -55,6 +58,10 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 	}
 	if final {
 		p.ended = true
+		if end := p.onEnd; end != nil {
+			p.onEnd = nil
+			defer end() // after p.mu is unlocked
+		}
 	}
 	if p.stream != nil {
 		p.mu.Unlock()

@@ -57,6 +57,10 @@ type stubProc struct {
 	reaped   bool
 	recvDone bool // the receiver returned: nothing reads the ring any more
 	unmapped bool
+
+	// shm is the lifeline (fd 4 in the stub) and the client regions the
+	// stub has mapped (clientshm.go).
+	shm stubShm
 }
 
 // pipelineDepth is how many Execute messages a stub may have queued: one
@@ -86,7 +90,18 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.ExtraFiles = []*os.File{conn.File()}
+	lifeParent, lifeChild, err := lifeline()
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+	}
+	launched := false
+	defer func() {
+		lifeChild.Close()
+		if !launched {
+			lifeParent.Close()
+		}
+	}()
+	cmd.ExtraFiles = []*os.File{conn.File(), lifeChild}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
@@ -106,7 +121,9 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 		errR.Close()
 		return nil, fmt.Errorf("spawn %s: start %s: %w", inst.name, cmd.Path, err)
 	}
+	launched = true
 	p := &stubProc{
+		shm:  stubShm{life: lifeParent},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}),
 		slots:   make(chan struct{}, pipelineDepth),
@@ -162,6 +179,7 @@ func (p *stubProc) reap(pipes *sync.WaitGroup) {
 	}
 	p.cause = cause
 	p.conn.MarkDead()
+	p.shm.closeLifeline(p)
 	close(p.exited)
 	pipes.Wait()
 	p.mu.Lock()
@@ -403,6 +421,10 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 	pr.inputs = pr.inputs[:0]
 	for i := range req.Inputs {
 		in := &req.Inputs[i]
+		if in.SharedMemory != nil {
+			r.Inputs = append(r.Inputs, ipc.Tensor{}) // clientTensors fills it
+			continue
+		}
 		data, err := p.inst.mv.sup.inputBytes(in)
 		if err != nil {
 			p.freeOwn(pr.inputs)
@@ -428,6 +450,12 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 		r.ParametersJSON = parametersJSON(req.Parameters)
 	} else {
 		r.ParametersJSON = "{}"
+	}
+	if held, err := p.clientTensors(pr, &r); err != nil {
+		p.freeOwn(pr.inputs)
+		return r, err
+	} else if len(held) > 0 {
+		pr.setOnEnd(func() { p.inst.mv.sup.shm.release(held) })
 	}
 	return r, nil
 }
@@ -549,6 +577,11 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 	}
 	for _, t := range r.Outputs {
 		if !wantOutput(pr.req, t.Name) {
+			continue
+		}
+		if t.Loc == ipc.LocClient {
+			// Written by the stub straight into the client's region.
+			resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, SharedMemory: outputRef(pr.req, t.Name)})
 			continue
 		}
 		data, err := p.conn.View(t.Loc, t.Offset, t.Size)

@@ -37,6 +37,7 @@ import numpy as np
 import triton_python_backend_utils as pb
 
 from . import ipc
+from .clientshm import ClientRegions
 from .loader import StubError, describe, import_model
 
 _FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -60,6 +61,9 @@ _K_FREE = ipc.KIND_FREE
 _ARENA0 = ipc.LOC_ARENA0
 _ARENA1 = ipc.LOC_ARENA1
 _NONE = ipc.LOC_NONE
+_CLIENT = ipc.LOC_CLIENT
+_K_MAP_REGION = ipc.KIND_MAP_REGION
+_K_UNMAP_REGION = ipc.KIND_UNMAP_REGION
 _PeerDead = ipc.PeerDead
 _PoolExhausted = ipc.PoolExhausted
 
@@ -161,7 +165,18 @@ class Host:
         self._pending_free = []
         self._aloop = None
         self._stop = threading.Event()
-        self._view = channel.view
+        self._shm = ClientRegions()
+        self._shm_targets = {}  # request handle -> {output name: (region_id, offset, size)}
+        ch_view = channel.view
+        shm_view = self._shm.view
+
+        def view(loc, offset, size):
+            # A LOC_CLIENT tensor carries (region_id, offset) as its offset.
+            if loc == _CLIENT:
+                return shm_view(offset[0], offset[1], size)
+            return ch_view(loc, offset, size)
+
+        self._view = view
 
         self._handlers = {
             _K_EXECUTE: self._on_execute,
@@ -260,6 +275,10 @@ class Host:
                 for t in wire[3]:
                     if t[3] == _ARENA0 and t[5]:
                         self._pending_free.append(t[4])
+        elif kind == _K_MAP_REGION:
+            self._shm.map(msg[2], msg[3], msg[4])
+        elif kind == _K_UNMAP_REGION:
+            self._shm.unmap(msg[2])
         elif kind in _COMMANDS:
             self._commands.append(msg)
             with self._cond:
@@ -369,20 +388,43 @@ class Host:
         if error is not None:
             return [request._handle, flags, [error._code, error._message], [], response._params]
         requested = request._requested
+        targets = self._shm_targets.get(request._handle) if self._shm_targets else None
+        if targets is not None and flags & _FINAL:
+            del self._shm_targets[request._handle]
         outputs = []
         try:
             for t in response._outputs:
                 if requested and t._name not in requested:
                     continue
+                if targets is not None and t._name in targets:
+                    out, error = self._write_client(t, targets[t._name])
+                    if error is not None:
+                        self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
+                        return [request._handle, flags, error, [], ""]
+                    outputs.append(out)
+                    continue
                 outputs.append(self._write_tensor(t))
         except _PoolExhausted as exc:
-            self._free_owned([o[4] for o in outputs if o[5]])
+            self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
             return [request._handle, flags, [_INTERNAL, "Failed to allocate the response outputs in the shared "
                                              "memory pool: %s" % (exc,)], [], ""]
         except BaseException:
-            self._free_owned([o[4] for o in outputs if o[5]])
+            self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
             raise
         return [request._handle, flags, None, outputs, response._params]
+
+    def _write_client(self, tensor, target):
+        """Copy an output straight into the client's region (the one copy
+        of a shared-memory output). Returns (descriptor, wire error)."""
+        region_id, offset, room = target
+        data, size, shape = tensor._payload()
+        if size > room:
+            return None, [_INTERNAL,
+                          "shared memory size specified with the request for output '%s' (%d bytes) should be "
+                          "at least %d bytes to hold the results" % (tensor._name, room, size)]
+        if size:
+            self._shm.view(region_id, offset, size)[:] = data
+        return [tensor._name, tensor._dtype, shape, _CLIENT, offset, size, region_id], None
 
     # ------------------------------------------------------------------
     # The runtime interface of triton_python_backend_utils.
@@ -525,7 +567,10 @@ class Host:
         new_request = pb._incoming_request
         requests = []
         for w in msg[2]:
-            inputs = [new_input(t[0], t[1], t[2], t[3], t[4], t[5]) for t in w[4]]
+            inputs = [new_input(t[0], t[1], t[2], t[3], t[4] if t[3] != _CLIENT else (t[6], t[4]), t[5])
+                      for t in w[4]]
+            if len(w) > 8 and w[8]:
+                self._shm_targets[w[0]] = {o[0]: (o[1], o[2], o[3]) for o in w[8]}
             requests.append(new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7]))
         try:
             model = self.model
@@ -552,7 +597,7 @@ class Host:
             for req, resp in responses:
                 out.append(wire(req, resp, _FINAL))
         except Exception as exc:
-            self._free_owned([t[4] for r in out for t in r[3] if t[5]])
+            self._free_owned([t[4] for r in out for t in r[3] if t[5] and t[3] == _ARENA1])
             self._fail_batch(batch_id, requests, exc)
             return
         self._send([_K_EXECUTE_DONE, batch_id, None, out])
@@ -604,6 +649,7 @@ class Host:
         # more responses may be sent for them.
         for req in requests:
             req._final = True
+            self._shm_targets.pop(req._handle, None)
             if req._sender is not None:
                 req._sender._close()
         self._send([_K_EXECUTE_DONE, batch_id, [_INTERNAL, text], []])

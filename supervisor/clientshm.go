@@ -1,0 +1,336 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"sync"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// Client shared memory. The supervisor keeps each registered region's fd
+// and maps nothing itself: tensors in a region go to the stub as LocClient
+// descriptors, and a stub maps a region the first time a request uses it
+// (the fd travels over the stub's lifeline socket, then a MapRegion on the
+// ring). A region stays mapped in a stub until it is unregistered and no
+// request uses it any more; then each stub that mapped it gets an
+// UnmapRegion and the fd is closed. So a tensor never crosses the
+// supervisor's memory, and an unregistered region leaves nothing behind.
+
+// ErrBadShmKey is wrapped by register errors for keys outside /dev/shm.
+var ErrBadShmKey = errors.New("shared memory key is not a POSIX shm object name")
+
+// clientShm is the supervisor's registry of client regions (system and
+// CUDA share one namespace, as in Triton). The zero value is ready.
+type clientShm struct {
+	mu      sync.Mutex
+	nextID  uint64
+	regions map[string]*shmRegion
+}
+
+// shmRegion is one registered region.
+type shmRegion struct {
+	id       uint64
+	name     string
+	key      string
+	offset   uint64
+	size     uint64
+	deviceID int64    // CUDA regions: the device; -1 for system regions
+	fd       *os.File // system regions
+	cuda     *cudaRegion
+
+	refs    int                    // requests that use the region now
+	dropped bool                   // unregistered; closed once refs is zero
+	stubs   map[*stubProc]struct{} // stubs that mapped it
+}
+
+// stubShm is the per-stub side: the lifeline socket that carries region
+// fds, and which regions the stub has mapped.
+type stubShm struct {
+	mu     sync.Mutex
+	life   *os.File // supervisor end of the lifeline; nil once closed
+	mapped map[uint64]*shmRegion
+}
+
+// register adds a region under name, or fails with Triton's text when the
+// name is taken.
+func (c *clientShm) register(r *shmRegion) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.regions[r.name]; ok {
+		return backendapi.Errorf(backendapi.AlreadyExists, "shared memory region '%s' already in manager", r.name)
+	}
+	if c.regions == nil {
+		c.regions = map[string]*shmRegion{}
+	}
+	c.nextID++
+	r.id = c.nextID
+	r.stubs = map[*stubProc]struct{}{}
+	c.regions[r.name] = r
+	return nil
+}
+
+// unregister removes regions by name ("" means all of the kind); a
+// region still in use is closed when its last request ends. cuda picks
+// the kind.
+func (c *clientShm) unregister(name string, cuda bool) {
+	var closeNow []*shmRegion
+	c.mu.Lock()
+	for n, r := range c.regions {
+		if (name != "" && n != name) || (r.cuda != nil) != cuda {
+			continue
+		}
+		delete(c.regions, n)
+		r.dropped = true
+		if r.refs == 0 {
+			closeNow = append(closeNow, r)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range closeNow {
+		c.closeRegion(r)
+	}
+}
+
+// closeAll drops every region (server shutdown, after the stubs stopped).
+func (c *clientShm) closeAll() {
+	c.unregister("", false)
+	c.unregister("", true)
+}
+
+// list returns the regions of one kind, by name when name is not "".
+func (c *clientShm) list(name string, cuda bool) []*shmRegion {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*shmRegion
+	for n, r := range c.regions {
+		if (name == "" || n == name) && (r.cuda != nil) == cuda {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// acquire finds the region a tensor names and checks the tensor's place
+// in it (Triton's texts); the caller releases it when the request ends.
+func (c *clientShm) acquire(ref *backendapi.SharedMemoryRef) (*shmRegion, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.regions[ref.Region]
+	if !ok {
+		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find shared memory region: '%s'", ref.Region)
+	}
+	if ref.Offset >= r.size && !(ref.Offset == 0 && r.size == 0) {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid offset for shared memory region: '%s'", ref.Region)
+	}
+	if ref.ByteSize > r.size-ref.Offset {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid offset + byte size for shared memory region: '%s'", ref.Region)
+	}
+	r.refs++
+	return r, nil
+}
+
+// release ends one use of each region; the last use of an unregistered
+// region closes it.
+func (c *clientShm) release(rs []*shmRegion) {
+	var closeNow []*shmRegion
+	c.mu.Lock()
+	for _, r := range rs {
+		r.refs--
+		if r.refs == 0 && r.dropped {
+			closeNow = append(closeNow, r)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range closeNow {
+		c.closeRegion(r)
+	}
+}
+
+// closeRegion unmaps the region from every stub that mapped it and closes
+// the fd. It runs once, with no request using the region.
+func (c *clientShm) closeRegion(r *shmRegion) {
+	c.mu.Lock()
+	stubs := r.stubs
+	r.stubs = nil
+	c.mu.Unlock()
+	for p := range stubs {
+		p.shm.unmap(p, r)
+	}
+	if r.fd != nil {
+		_ = r.fd.Close()
+	}
+	if r.cuda != nil {
+		r.cuda.close()
+	}
+}
+
+// ensureMapped makes sure the stub has mapped r before any message that
+// names it: the fd goes over the lifeline first, then MapRegion on the
+// ring, so the stub finds the fd queued when it reads MapRegion.
+func (ss *stubShm) ensureMapped(p *stubProc, r *shmRegion) error {
+	if r.fd == nil {
+		return backendapi.Errorf(backendapi.Unsupported, "shared memory region '%s' cannot be used by a stub process", r.name)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if _, ok := ss.mapped[r.id]; ok {
+		return nil
+	}
+	if ss.life == nil {
+		return p.failure()
+	}
+	if err := sendFD(ss.life, r.fd, r.id); err != nil {
+		return backendapi.Errorf(backendapi.Internal, "failed to hand shared memory region '%s' to stub '%s': %v", r.name, p.inst.name, err)
+	}
+	if err := p.conn.Send(&ipc.MapRegionMsg{RegionID: r.id, Offset: r.offset, Size: r.size}); err != nil {
+		return p.deathError(err)
+	}
+	if ss.mapped == nil {
+		ss.mapped = map[uint64]*shmRegion{}
+	}
+	ss.mapped[r.id] = r
+	p.inst.mv.sup.shm.mu.Lock()
+	if r.stubs != nil {
+		r.stubs[p] = struct{}{}
+	}
+	p.inst.mv.sup.shm.mu.Unlock()
+	return nil
+}
+
+// unmap tells the stub to drop its mapping of r.
+func (ss *stubShm) unmap(p *stubProc, r *shmRegion) {
+	ss.mu.Lock()
+	_, ok := ss.mapped[r.id]
+	delete(ss.mapped, r.id)
+	ss.mu.Unlock()
+	if !ok || !p.alive() {
+		return
+	}
+	if err := p.conn.Send(&ipc.UnmapRegionMsg{RegionID: r.id}); err != nil && p.alive() {
+		p.log.Warn("unmap client shared memory", "region", r.name, "error", err)
+	}
+}
+
+// closeLifeline closes the supervisor's end of the lifeline once the
+// process is gone, and forgets what it had mapped.
+func (ss *stubShm) closeLifeline(p *stubProc) {
+	ss.mu.Lock()
+	life, mapped := ss.life, ss.mapped
+	ss.life, ss.mapped = nil, nil
+	ss.mu.Unlock()
+	if life != nil {
+		_ = life.Close()
+	}
+	if len(mapped) == 0 {
+		return
+	}
+	c := &p.inst.mv.sup.shm
+	c.mu.Lock()
+	for _, r := range mapped {
+		delete(r.stubs, p)
+	}
+	c.mu.Unlock()
+}
+
+// clientInputs turns inputs in client regions into LocClient descriptors
+// and output requests into targets. It returns the regions it acquired
+// (released when the request ends) or an error with nothing held.
+func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion, err error) {
+	sup := p.inst.mv.sup
+	defer func() {
+		if err != nil {
+			sup.shm.release(held)
+			held = nil
+		}
+	}()
+	use := func(ref *backendapi.SharedMemoryRef) (*shmRegion, error) {
+		reg, err := sup.shm.acquire(ref)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, reg)
+		return reg, p.shm.ensureMapped(p, reg)
+	}
+	for i := range pr.req.Inputs {
+		in := &pr.req.Inputs[i]
+		if in.SharedMemory == nil {
+			continue
+		}
+		reg, err := use(in.SharedMemory)
+		if err != nil {
+			return held, err
+		}
+		if want, ok := tensorBytes(in.DataType, in.Shape); ok && want != in.SharedMemory.ByteSize {
+			return held, backendapi.Errorf(backendapi.InvalidArg, "input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d",
+				in.Name, p.inst.mv.name, want, in.SharedMemory.ByteSize)
+		}
+		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: ipc.LocClient,
+			Offset: in.SharedMemory.Offset, Size: in.SharedMemory.ByteSize, RegionID: reg.id}
+	}
+	for _, o := range pr.req.Outputs {
+		if o.SharedMemory == nil {
+			continue
+		}
+		reg, err := use(o.SharedMemory)
+		if err != nil {
+			return held, err
+		}
+		r.OutputTargets = append(r.OutputTargets, ipc.OutputTarget{Name: o.Name, RegionID: reg.id, Offset: o.SharedMemory.Offset, Size: o.SharedMemory.ByteSize})
+	}
+	return held, nil
+}
+
+// tensorBytes is the byte size of a fixed-size tensor; ok is false for
+// BYTES (whose size the data decides) or a shape with a negative dim.
+func tensorBytes(dt backendapi.DataType, shape []int64) (uint64, bool) {
+	size := dt.Size()
+	if size <= 0 {
+		return 0, false
+	}
+	n := uint64(size)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+		n *= uint64(d)
+	}
+	return n, true
+}
+
+// outputRef returns the shared memory place the request asked for output
+// name, or nil.
+func outputRef(req *backendapi.InferRequest, name string) *backendapi.SharedMemoryRef {
+	for _, o := range req.Outputs {
+		if o.Name == name {
+			return o.SharedMemory
+		}
+	}
+	return nil
+}
+
+// onEnd registers f to run once the request has ended (right away when it
+// already has).
+func (pr *pending) setOnEnd(f func()) {
+	pr.mu.Lock()
+	if !pr.ended {
+		prev := pr.onEnd
+		pr.onEnd = func() {
+			if prev != nil {
+				prev()
+			}
+			f()
+		}
+		pr.mu.Unlock()
+		return
+	}
+	pr.mu.Unlock()
+	f()
+}
+
+// errShmTarget builds the error for an output that does not fit its
+// region slot.
+func errShmTarget(name string, have, need uint64) error {
+	return backendapi.Errorf(backendapi.InvalidArg, "shared memory size specified with the request for output '%s' (%d bytes) should be at least %d bytes to hold the results", name, have, need)
+}
