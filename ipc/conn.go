@@ -420,6 +420,10 @@ func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadlin
 				if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !time.Now().Before(until) {
 					break
 				}
+				// Give the CPU to the peer if it is waiting for this one:
+				// on a small machine both processes may share a core, and
+				// spinning there would only delay the answer we wait for.
+				osYield()
 			}
 		}
 	}

@@ -17,8 +17,9 @@ itself with a Hello frame, then plays ROLE:
   orphan-send   send until the ring is full and the supervisor dies, report
   bench-echo    answer Execute with an ExecuteDone naming the same bytes
   bench-stream  count frames; on Finalize reply Result(count)
-  bench-big     like serve, one memcpy per input, plus Release handling
-  uds-echo      the bench-echo exchange over the Unix socket on fd 4
+  bench-big     serve without the held view (the benchmark rewrites its input)
+  uds-echo      the bench-echo exchange over the Unix socket on fd 4, the
+                payload inline; ends at EOF
 """
 
 import os
@@ -46,7 +47,7 @@ def echo(ch):
         ch.send(m)
 
 
-def serve(ch, copies=True):
+def serve(ch, hold=True):
     held = None  # (view, saved bytes) of the first small input
     while True:
         m = ch.recv(None)
@@ -61,7 +62,7 @@ def serve(ch, copies=True):
                         raise ValueError("a held view of arena 0 changed")
                     for name, dtype, shape, loc, off, size in inputs:
                         src = ch.view(loc, off, size)
-                        if held is None and size <= 1 << 20:
+                        if hold and held is None and size <= 1 << 20:
                             held = (src, bytes(src))
                         out = ch.alloc(size)
                         ch.view(ipc.LOC_ARENA1, out, size)[:] = src
@@ -111,6 +112,9 @@ def bench_echo(ch):
     while True:
         m = ch.recv(None)
         if m[0] == ipc.KIND_EXECUTE:
+            for r in m[2]:
+                for t in r[4]:
+                    ch.view(t[3], t[4], t[5])  # as the stub host maps each input
             ch.send([ipc.KIND_EXECUTE_DONE, m[1], None,
                      [[r[0], ipc.FLAG_FINAL, None, r[4], ""] for r in m[2]]])
         elif m[0] == ipc.KIND_FINALIZE:
@@ -129,25 +133,25 @@ def bench_stream(ch):
 
 
 def uds_echo(ch):
+    """Frames: u32 message length, u32 payload length, message, payload."""
     sock = socket.socket(fileno=4)
-    hdr = struct.Struct("<I")
+    hdr = struct.Struct("<II")
     buf = bytearray(1 << 16)
     view = memoryview(buf)
     packer = ipc.msgpack.Packer(use_bin_type=True, autoreset=True)
     while True:
         got = 0
-        while got < 4 or got < 4 + hdr.unpack_from(buf, 0)[0]:
+        while got < 8 or got < 8 + sum(hdr.unpack_from(buf, 0)):
             n = sock.recv_into(view[got:])
             if n == 0:
                 return
             got += n
-        (size,) = hdr.unpack_from(buf, 0)
-        m = ipc.msgpack.unpackb(view[4:4 + size], raw=False)
-        if m[0] == ipc.KIND_FINALIZE:
-            return
+        mlen, plen = hdr.unpack_from(buf, 0)
+        m = ipc.msgpack.unpackb(view[8:8 + mlen], raw=False)
+        payload = view[8 + mlen:8 + mlen + plen]
         reply = packer.pack([ipc.KIND_EXECUTE_DONE, m[1], None,
                              [[r[0], ipc.FLAG_FINAL, None, r[4], ""] for r in m[2]]])
-        sock.sendall(hdr.pack(len(reply)) + reply)
+        sock.sendall(hdr.pack(len(reply), plen) + reply + payload)
 
 
 def main():
@@ -158,7 +162,7 @@ def main():
         {
             "echo": echo,
             "serve": serve,
-            "bench-big": serve,
+            "bench-big": lambda c: serve(c, hold=False),
             "flood": flood,
             "sink": sink,
             "stall": lambda c: signal.pause(),

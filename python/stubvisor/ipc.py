@@ -568,12 +568,16 @@ class Channel:
             if deadline is not None:
                 end = min(end, now() + int((deadline - time.monotonic()) * 1e9))
             dead = self._dead
+            yield_cpu = os.sched_yield
             while True:
                 for _ in range(8):
                     if load() != old:
                         return True
                 if dead.value or self._closed or now() >= end:
                     break
+                # Let the supervisor run if it waits for this CPU: on a
+                # small machine both may share a core.
+                yield_cpu()
         while True:
             self._check_alive()
             wait = WAIT_SLICE

@@ -1,0 +1,128 @@
+// Command stubvisor-bench runs stubvisor's benchmarks:
+//
+//	stubvisor-bench <ipc|stub|http|grpc|shm> [flags]
+//
+// Each subcommand lives in its own file and registers itself at init time
+// with register. Every benchmark prints one line per case and measures a
+// yardstick in the same run, because absolute figures on a small shared
+// machine drift from run to run while ratios hold.
+//
+// Benchmarks that need helper processes re-run this binary with roleEnv
+// set to a name registered with registerRole, so a Go peer is always the
+// code under test, not a stand-in.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+)
+
+// roleEnv selects a helper role instead of a subcommand.
+const roleEnv = "STUBVISOR_BENCH_ROLE"
+
+type command struct {
+	summary string
+	run     func(args []string) error
+}
+
+var (
+	commands = map[string]command{}
+	roles    = map[string]func() int{}
+)
+
+// register adds a subcommand; call it from an init function.
+func register(name, summary string, run func(args []string) error) {
+	if _, dup := commands[name]; dup {
+		panic("stubvisor-bench: subcommand " + name + " registered twice")
+	}
+	commands[name] = command{summary: summary, run: run}
+}
+
+// registerRole adds a helper-process role; call it from an init function.
+func registerRole(name string, run func() int) {
+	if _, dup := roles[name]; dup {
+		panic("stubvisor-bench: role " + name + " registered twice")
+	}
+	roles[name] = run
+}
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		run, ok := roles[role]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "stubvisor-bench: unknown role %q\n", role)
+			os.Exit(2)
+		}
+		os.Exit(run())
+	}
+	if len(os.Args) < 2 || commands[os.Args[1]].run == nil {
+		usage()
+		os.Exit(2)
+	}
+	if err := commands[os.Args[1]].run(os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "stubvisor-bench %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: stubvisor-bench <subcommand> [flags]")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-6s %s\n", n, commands[n].summary)
+	}
+}
+
+// repoRoot finds the repository (the directory holding go.mod) by walking
+// up from the working directory, so the benchmarks find python/ and
+// testdata/ wherever inside the tree they are started.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("repo root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repo root: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Stats summarises one case: latency percentiles of the samples and a
+// throughput figure.
+type Stats struct {
+	P50, P99  time.Duration
+	PerSecond float64
+}
+
+// summarize sorts samples (per-operation durations) and returns their
+// percentiles, with ops operations done in total over elapsed.
+func summarize(samples []time.Duration, ops int, elapsed time.Duration) Stats {
+	slices.Sort(samples)
+	s := Stats{PerSecond: float64(ops) / elapsed.Seconds()}
+	if n := len(samples); n > 0 {
+		s.P50 = samples[n/2]
+		s.P99 = samples[min(n-1, n*99/100)]
+	}
+	return s
+}
+
+// printCase prints the one line a case reports.
+func printCase(bench, name string, s Stats) {
+	fmt.Printf("%s %s p50_us=%.2f p99_us=%.2f msgs_per_s=%.0f\n", bench, name,
+		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond), s.PerSecond)
+}
