@@ -353,8 +353,8 @@ func (s *sequenceBatcher) pump(l *lane) {
 			if seq == nil || seq.inflight || len(seq.queue) == 0 {
 				continue
 			}
-			if seq.proc != nil && seq.proc != cur {
-				s.lose(seq, cur)
+			if seq.proc != nil && (seq.proc != cur || !cur.alive()) {
+				s.lose(seq)
 				continue
 			}
 			if seq.proc == nil {
@@ -380,7 +380,7 @@ func (s *sequenceBatcher) pump(l *lane) {
 
 // lose ends a sequence whose stub died: its state is gone, so its waiting
 // requests fail and later ones are refused. Called with s.mu held.
-func (s *sequenceBatcher) lose(seq *sequence, cur *stubProc) {
+func (s *sequenceBatcher) lose(seq *sequence) {
 	why := fmt.Sprintf("the stub process of instance '%s' that held the sequence's state died", seq.lane.inst.name)
 	err := backendapi.Errorf(backendapi.Unavailable, "inference request for sequence %s to model '%s' cannot continue: %s; start the sequence again with the START flag", seq.key, s.mv.name, why)
 	for _, pr := range seq.queue {
@@ -437,8 +437,8 @@ func (s *sequenceBatcher) reap() {
 				if seq.inflight || len(seq.queue) > 0 {
 					continue
 				}
-				if seq.lane != nil && seq.proc != nil && seq.proc != seq.lane.inst.currentProc() {
-					s.lose(seq, nil)
+				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.currentProc() || !seq.proc.alive()) {
+					s.lose(seq)
 					continue
 				}
 				if now.Sub(seq.last) > s.idle {
