@@ -18,6 +18,12 @@ import (
 const hdrInferHeaderLength = "Inference-Header-Content-Length"
 
 // handleInfer serves POST /v2/models/{m}[/versions/{v}]/infer.
+//
+// The model's config is read first (Triton checks the transaction policy
+// before touching the body), so Backend.ModelConfig is on the hot path and
+// should return its stored config without copying it. The request handed
+// to Backend.Infer aliases pooled buffers (the body, decoded tensors): the
+// backend must not keep it, or any slice in it, after Infer returns.
 func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, versionStr string) {
 	if r.Method != http.MethodPost {
 		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
