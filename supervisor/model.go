@@ -34,6 +34,8 @@ type modelVersion struct {
 	forceCPUInputs bool
 	executeTimeout time.Duration
 	sig            *signature
+	// labels are the classification labels of each output.
+	labels map[string][]string
 
 	// queue holds batches any instance may take.
 	queue     chan *batch
@@ -69,6 +71,9 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		queue:      make(chan *batch, 1024),
 	}
 	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
+	if mv.labels, err = readLabels(cfg, dir); err != nil {
+		return nil, err
+	}
 	if v, ok := modelconfig.Parameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS"); !ok || strings.EqualFold(v, "yes") {
 		mv.forceCPUInputs = true
 	}

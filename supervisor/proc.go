@@ -34,7 +34,9 @@ type stubProc struct {
 
 	started time.Time
 	exited  chan struct{} // closed once the process is reaped and the region marked dead
-	cause   string        // why it exited; set before exited is closed
+	// released is closed once the region is unmapped and its fd closed.
+	released chan struct{}
+	cause    string // why it exited; set before exited is closed
 	// killReason, when set, explains a kill the supervisor decided on.
 	killReason atomic.Pointer[string]
 
@@ -125,7 +127,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	p := &stubProc{
 		shm:  stubShm{life: lifeParent},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
-		started: time.Now(), exited: make(chan struct{}),
+		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
 		slots:   make(chan struct{}, pipelineDepth),
 		batches: map[uint64]*batch{}, requests: map[uint64]*pending{}, calls: map[uint64]chan *ipc.ResultMsg{},
 	}
@@ -214,6 +216,7 @@ func (p *stubProc) maybeUnmap() {
 	p.mu.Unlock()
 	if do {
 		_ = p.conn.Close()
+		close(p.released)
 	}
 }
 
@@ -589,7 +592,14 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 			p.release(offs)
 			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
 		}
-		resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data})
+		out := backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data}
+		if k := classification(pr.req, t.Name); k > 0 {
+			if out, err = classify(out, k, mv.sig.maxBatch > 0, mv.labels[t.Name]); err != nil {
+				p.release(offs)
+				return nil, err
+			}
+		}
+		resp.Outputs = append(resp.Outputs, out)
 	}
 	if len(offs) > 0 {
 		p.mu.Lock()
@@ -669,6 +679,13 @@ func (p *stubProc) stop(timeout time.Duration) {
 		}
 	}
 	<-p.exited
+	// The region goes once the receiver is done and no response aliases
+	// it; a client still holding a response delays that, within a bound.
+	select {
+	case <-p.released:
+	case <-time.After(timeout):
+		p.log.Warn("stub region still referenced by unreleased responses after stop", "timeout", timeout)
+	}
 }
 
 // busy reports whether the stub has work outstanding.

@@ -509,3 +509,20 @@ func TestHeartbeatAdvances(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // sampling a status figure over time
 	}
 }
+
+func TestClassification(t *testing.T) {
+	s := newSupervisor(t, "identity_fp32")
+	resp := infer(t, s, &backendapi.InferRequest{ModelName: "identity_fp32",
+		Inputs:  []backendapi.InputTensor{{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(0.1, 0.9, -3, 0.5)}},
+		Outputs: []backendapi.RequestedOutput{{Name: "OUTPUT0", Classification: 2}}})
+	out := resp.Outputs[0]
+	var got []string
+	for b := out.Data; len(b) >= 4; {
+		n := binary.LittleEndian.Uint32(b)
+		got = append(got, string(b[4:4+n]))
+		b = b[4+n:]
+	}
+	if out.DataType != backendapi.TypeBytes || !slicesEqual(out.Shape, []int64{2}) || !slicesEqual(got, []string{"0.900000:1", "0.500000:3"}) {
+		t.Fatalf("classification = %s %v %q", out.DataType, out.Shape, got)
+	}
+}
