@@ -2,7 +2,6 @@
 PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
-export GOFLAGS := -mod=mod
 
 .PHONY: all build run test test-go test-python vet deps proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
 
