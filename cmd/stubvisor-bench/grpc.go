@@ -6,22 +6,16 @@ package main
 // same message types that echoes inputs as outputs.
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -139,7 +133,7 @@ func runGRPCBench(args []string) error {
 	if *spin != "" {
 		extra = append(extra, "--stub-spin", *spin)
 	}
-	srv, err := startStubvisor(*bin, repo, filepath.Join(tmp, "cache"), extra...)
+	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "gRPC", extra...)
 	if err != nil {
 		return err
 	}
@@ -282,83 +276,4 @@ func startEcho() (string, func(), error) {
 		close(done)
 	}()
 	return l.Addr().String(), func() { s.Stop(); <-done }, nil
-}
-
-// stubvisorProc is the server under test.
-type stubvisorProc struct {
-	cmd    *exec.Cmd
-	addr   string
-	exited chan struct{}
-}
-
-var grpcListenRE = regexp.MustCompile(`listening: service=gRPC address=(\S+)`)
-
-// startStubvisor starts bin on repo with the gRPC port chosen by the
-// kernel and waits (up to 2 minutes) until every model is loaded.
-func startStubvisor(bin, repo, cache string, extra ...string) (*stubvisorProc, error) {
-	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
-		"--http-port", "-1", "--metrics-port", "-1", "--grpc-port", "0",
-		"--cache-dir", cache}, extra...)
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &stubvisorProc{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	var logMu sync.Mutex
-	var log strings.Builder
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		addr := ""
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			if log.Len() < 1<<20 {
-				log.WriteString(line + "\n")
-			}
-			logMu.Unlock()
-			if m := grpcListenRE.FindStringSubmatch(line); m != nil {
-				addr = m[1]
-			}
-			if strings.Contains(line, "stubvisor started") {
-				ready <- addr
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case p.addr = <-ready:
-		if p.addr == "" {
-			p.stop()
-			return nil, errors.New("stubvisor started without a gRPC listener")
-		}
-		return p, nil
-	case <-p.exited:
-		logMu.Lock()
-		defer logMu.Unlock()
-		return nil, fmt.Errorf("stubvisor exited at start:\n%s", log.String())
-	case <-time.After(2 * time.Minute):
-		p.stop()
-		return nil, errors.New("stubvisor did not start within 2 minutes")
-	}
-}
-
-// stop sends SIGTERM and waits for the exit (SIGKILL after 30s).
-func (p *stubvisorProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
 }

@@ -8,11 +8,9 @@ package main
 // machine's HTTP and loopback cost.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,13 +18,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -128,7 +123,7 @@ func runHTTPBench(args []string) error {
 	if err := os.WriteFile(filepath.Join(repo, "add_sub", "config.pbtxt"), []byte(httpAddSub16), 0o644); err != nil {
 		return err
 	}
-	srv, err := startHTTPStubvisor(*bin, repo, filepath.Join(tmp, "cache"), "--python", *python)
+	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "HTTP", "--python", *python)
 	if err != nil {
 		return err
 	}
@@ -143,11 +138,11 @@ func runHTTPBench(args []string) error {
 			continue
 		}
 		// The yardstick answers with exactly what stubvisor answered.
-		canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.base, c)
+		canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.url(), c)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		s, err := loadHTTP(srv.base, c, *warmup, *duration)
+		s, err := loadHTTP(srv.url(), c, *warmup, *duration)
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
@@ -279,83 +274,4 @@ func startHTTPYardstick(body []byte, h http.Header) (string, func(), error) {
 	})}
 	go func() { _ = hs.Serve(l) }()
 	return "http://" + l.Addr().String(), func() { _ = hs.Close() }, nil
-}
-
-// httpStubvisor is a stubvisor process serving HTTP on a kernel-chosen port.
-type httpStubvisor struct {
-	cmd    *exec.Cmd
-	base   string
-	exited chan struct{}
-}
-
-var httpListenRE = regexp.MustCompile(`listening: service=HTTP address=(\S+)`)
-
-// startHTTPStubvisor starts bin on repo with only the HTTP listener and
-// waits (up to 2 minutes) until every model is loaded.
-func startHTTPStubvisor(bin, repo, cache string, extra ...string) (*httpStubvisor, error) {
-	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
-		"--http-port", "0", "--metrics-port", "-1", "--grpc-port", "-1", "--cache-dir", cache}, extra...)
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &httpStubvisor{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	var logMu sync.Mutex
-	var log strings.Builder
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		addr := ""
-		for sc.Scan() {
-			line := sc.Text()
-			logMu.Lock()
-			if log.Len() < 1<<20 {
-				log.WriteString(line + "\n")
-			}
-			logMu.Unlock()
-			if m := httpListenRE.FindStringSubmatch(line); m != nil {
-				addr = m[1]
-			}
-			if strings.Contains(line, "stubvisor started") {
-				ready <- addr
-			}
-		}
-	}()
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case addr := <-ready:
-		if addr == "" {
-			p.stop()
-			return nil, errors.New("stubvisor started without an HTTP listener")
-		}
-		p.base = "http://" + addr
-		return p, nil
-	case <-p.exited:
-		logMu.Lock()
-		defer logMu.Unlock()
-		return nil, fmt.Errorf("stubvisor exited at start:\n%s", log.String())
-	case <-time.After(2 * time.Minute):
-		p.stop()
-		return nil, errors.New("stubvisor did not start within 2 minutes")
-	}
-}
-
-// stop sends SIGTERM and waits for the exit (SIGKILL after 30s).
-func (p *httpStubvisor) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
 }

@@ -66,7 +66,7 @@ func runShmBench(args []string) error {
 	}
 	memcpy := printShm("memcpy-64MiB", n, time.Since(start))
 
-	srv, err := startHTTPStubvisor(*bin, repo, filepath.Join(tmp, "cache"), "--python", *python, "--allow-client-shm=true", "--http-max-input-size", strconv.Itoa(2*shmBenchBytes))
+	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "HTTP", "--python", *python, "--allow-client-shm=true", "--http-max-input-size", strconv.Itoa(2*shmBenchBytes))
 	if err != nil {
 		return err
 	}
@@ -86,13 +86,13 @@ func runShmBench(args []string) error {
 	copy(in.mem, src)
 	for name, r := range map[string]*benchRegion{"bench_in": in, "bench_out": out} {
 		body := fmt.Sprintf(`{"key":%q,"offset":0,"byte_size":%d}`, r.key, shmBenchBytes)
-		if err := shmPost(cl, srv.base+"/v2/systemsharedmemory/region/"+name+"/register", []byte(body), nil); err != nil {
+		if err := shmPost(cl, srv.url()+"/v2/systemsharedmemory/region/"+name+"/register", []byte(body), nil); err != nil {
 			return fmt.Errorf("register %s: %w", name, err)
 		}
 	}
 	shmReq := []byte(fmt.Sprintf(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[%d],"parameters":{"shared_memory_region":"bench_in","shared_memory_byte_size":%d}}],`+
 		`"outputs":[{"name":"OUTPUT0","parameters":{"shared_memory_region":"bench_out","shared_memory_byte_size":%d}}]}`, shmBenchBytes/4, shmBenchBytes, shmBenchBytes))
-	if err := shmPost(cl, srv.base+"/v2/models/identity_fp32/infer", shmReq, nil); err != nil {
+	if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", shmReq, nil); err != nil {
 		return fmt.Errorf("shm infer: %w", err)
 	}
 	if !bytes.Equal(in.mem, out.mem) {
@@ -100,7 +100,7 @@ func runShmBench(args []string) error {
 	}
 	n, start = 0, time.Now()
 	for time.Since(start) < *duration || n < 3 {
-		if err := shmPost(cl, srv.base+"/v2/models/identity_fp32/infer", shmReq, nil); err != nil {
+		if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", shmReq, nil); err != nil {
 			return err
 		}
 		n++
@@ -111,12 +111,12 @@ func runShmBench(args []string) error {
 		`"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}`, shmBenchBytes/4, shmBenchBytes))
 	binReq := append(append([]byte{}, header...), src...)
 	hdr := http.Header{"Inference-Header-Content-Length": {strconv.Itoa(len(header))}, "Content-Type": {"application/octet-stream"}}
-	if err := shmPost(cl, srv.base+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
+	if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
 		return fmt.Errorf("binary infer: %w", err)
 	}
 	n, start = 0, time.Now()
 	for time.Since(start) < *duration || n < 3 {
-		if err := shmPost(cl, srv.base+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
+		if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
 			return err
 		}
 		n++
