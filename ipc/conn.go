@@ -412,18 +412,25 @@ func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadlin
 		if hasDeadline && deadline.Before(until) {
 			until = deadline
 		}
+		nextYield := start.Add(yieldEvery)
 		for i := 1; ; i++ {
 			if atomic.LoadUint64(word) != old {
 				return nil
 			}
 			if i%32 == 0 {
-				if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !time.Now().Before(until) {
+				now := time.Now()
+				if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
 					break
 				}
-				// Give the CPU to the peer if it is waiting for this one:
-				// on a small machine both processes may share a core, and
-				// spinning there would only delay the answer we wait for.
-				osYield()
+				// Now and then give the CPU to the peer in case it waits
+				// for this one: on a small machine both processes may
+				// share a core, and spinning there would only delay the
+				// answer. Not on every round: a yield costs about a
+				// microsecond, and the answer usually comes sooner.
+				if now.After(nextYield) {
+					osYield()
+					nextYield = now.Add(yieldEvery)
+				}
 			}
 		}
 	}

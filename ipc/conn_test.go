@@ -453,6 +453,9 @@ func TestPeerKilled(t *testing.T) {
 				if !errors.Is(err, ErrPeerDead) {
 					t.Fatalf("got %v, want ErrPeerDead", err)
 				}
+				if killed == nil {
+					t.Fatalf("the peer died before the test killed it: %v\nstderr:\n%s", err, p.stderr.String())
+				}
 				at := <-killed
 				d := returned.Sub(at)
 				if d > deathBound {
@@ -507,6 +510,11 @@ func TestSupervisorKilled(t *testing.T) {
 						t.Logf("stderr:\n%s", stderr.String())
 					}
 				})
+				// Every read of the report is bounded, even if a stub hangs
+				// holding the pipe open.
+				if err := pr.SetReadDeadline(time.Now().Add(peerTimeout)); err != nil {
+					t.Fatal(err)
+				}
 				report := bufio.NewReader(pr)
 				ready := readReport(t, report)
 				if len(ready) != 2 || ready[0] != "ready" {

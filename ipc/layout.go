@@ -55,6 +55,7 @@ const (
 	MaxRingBytes        = 1 << 30
 	FrameHeaderBytes    = 4
 	waitSlice           = 20 * time.Millisecond
+	yieldEvery          = 4 * time.Microsecond
 	defaultSpin         = 50 * time.Microsecond
 	maxSpin             = 10 * time.Millisecond
 	defaultRingBytes    = 1 << 20

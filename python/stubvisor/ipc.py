@@ -101,6 +101,7 @@ LOC_CLIENT = 3  # a client's shared-memory region; the tensor's 7th element is i
 FLAG_FINAL = 1
 
 WAIT_SLICE = 0.020  # seconds; a blocked call re-checks death this often
+_YIELD_EVERY_NS = 4000  # while spinning, give up the CPU this often
 
 
 class PeerDead(Exception):
@@ -181,22 +182,50 @@ def _futex_wake(addr):
     _libc.syscall(_SYS_FUTEX, addr, _FUTEX_WAKE, 0x7FFFFFFF, None, None, 0)
 
 
+class _AcquireWord:
+    """A shared word read with libatomic (sequentially consistent), for
+    machines whose plain loads may be reordered (not x86-64)."""
+
+    __slots__ = ("_addr", "_load")
+
+    def __init__(self, addr, load):
+        self._addr = addr
+        self._load = load
+
+    @property
+    def value(self):
+        return self._load(self._addr, _SEQ_CST)
+
+
+_PLAIN_LOADS = _MACHINE in ("x86_64", "amd64")
+
+
+def _word64(addr):
+    """An object whose .value loads the u64 at addr with acquire order.
+    x86-64 orders plain loads (TSO), so a ctypes read suffices there."""
+    if _PLAIN_LOADS:
+        return ctypes.c_uint64.from_address(addr)
+    return _AcquireWord(addr, _atomic.__atomic_load_8)
+
+
+def _word32(addr):
+    if _PLAIN_LOADS:
+        return ctypes.c_uint32.from_address(addr)
+    return _AcquireWord(addr, _atomic.__atomic_load_4)
+
+
 def _loader64(addr):
-    """A fast acquire-load of the u64 at addr. x86-64 orders plain loads
-    (TSO), so a ctypes read suffices there; elsewhere libatomic does it."""
-    if _MACHINE in ("x86_64", "amd64"):
-        word = ctypes.c_uint64.from_address(addr)
-        return lambda: word.value
-    load = _atomic.__atomic_load_8
-    return lambda: load(addr, _SEQ_CST)
+    w = _word64(addr)
+    return lambda: w.value
 
 
 def _loader32(addr):
-    if _MACHINE in ("x86_64", "amd64"):
-        word = ctypes.c_uint32.from_address(addr)
-        return lambda: word.value
-    load = _atomic.__atomic_load_4
-    return lambda: load(addr, _SEQ_CST)
+    w = _word32(addr)
+    return lambda: w.value
+
+
+_U32 = struct.Struct("<I")
+_unpackb = msgpack.unpackb
 
 
 def _page_up(n):
@@ -284,25 +313,30 @@ def _fallocate(fd, off, n):
 
 
 class _Ring:
-    """One direction of the wire as seen from one side."""
+    """One direction of the wire as seen from one side. cursor is this
+    side's own index (tail when producing, head when consuming), kept
+    locally because only this side writes it."""
 
-    def __init__(self, base, mv, off, size):
+    def __init__(self, base, mv, off, size, producer):
         idx = base + off
         self.tail_addr = idx + RING_TAIL
         self.head_addr = idx + RING_HEAD
         self.reader_sleeping_addr = idx + RING_READER_SLEEPING
         self.writer_sleeping_addr = idx + RING_WRITER_SLEEPING
+        self.tail = _word64(self.tail_addr)
+        self.head = _word64(self.head_addr)
+        self.reader_sleeping = _word32(self.reader_sleeping_addr)
+        self.writer_sleeping = _word32(self.writer_sleeping_addr)
         self.load_tail = _loader64(self.tail_addr)
         self.load_head = _loader64(self.head_addr)
-        self.reader_sleeping = _loader32(self.reader_sleeping_addr)
-        self.writer_sleeping = _loader32(self.writer_sleeping_addr)
+        self.cursor = self.tail.value if producer else self.head.value
         self.data_off = off + RING_INDEX_BYTES
         self.size = size
         self.mask = size - 1
         self.max_frame = size // 2 - FRAME_HEADER_BYTES
 
     def depth(self):
-        return self.load_tail() - self.load_head()
+        return self.tail.value - self.head.value
 
 
 class _Arena:
@@ -424,8 +458,8 @@ class Channel:
         self._mv = _memory_view(addr, self.region_size, _PYBUF_WRITE)
         self._dead = ctypes.c_uint32.from_address(addr + CTL_DEAD)
         self._stub_pid = ctypes.c_uint32.from_address(addr + CTL_STUB_PID)
-        rings = (_Ring(addr, self._mv, header["ring0_off"], header["ring_bytes"]),
-                 _Ring(addr, self._mv, header["ring1_off"], header["ring_bytes"]))
+        rings = (_Ring(addr, self._mv, header["ring0_off"], header["ring_bytes"], side == 0),
+                 _Ring(addr, self._mv, header["ring1_off"], header["ring_bytes"], side == 1))
         arenas = (header["arena0_off"], header["arena1_off"])
         usage = (CTL_ARENA0_USAGE, CTL_ARENA1_USAGE)
         beats = (CTL_SUP_HEARTBEAT, CTL_STUB_HEARTBEAT)
@@ -434,7 +468,8 @@ class Channel:
         self._own_beat_addr = addr + beats[side]
         self._peer_beat = ctypes.c_uint64.from_address(addr + beats[1 - side])
         self._peer_arena = arenas[1 - side]
-        self._peer_committed = _loader64(addr + usage[1 - side])
+        self._peer_committed = _word64(addr + usage[1 - side])
+        self._arena_max = header["arena_max"]
         self._peer_usage_addr = addr + usage[1 - side]
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
@@ -569,15 +604,20 @@ class Channel:
                 end = min(end, now() + int((deadline - time.monotonic()) * 1e9))
             dead = self._dead
             yield_cpu = os.sched_yield
+            next_yield = now() + _YIELD_EVERY_NS
             while True:
                 for _ in range(8):
                     if load() != old:
                         return True
-                if dead.value or self._closed or now() >= end:
+                t = now()
+                if dead.value or self._closed or t >= end:
                     break
-                # Let the supervisor run if it waits for this CPU: on a
-                # small machine both may share a core.
-                yield_cpu()
+                # Now and then let the supervisor run in case it waits for
+                # this CPU (on a small machine both may share a core); not
+                # every round, as a yield costs about a microsecond.
+                if t >= next_yield:
+                    yield_cpu()
+                    next_yield = t + _YIELD_EVERY_NS
         while True:
             self._check_alive()
             wait = WAIT_SLICE
@@ -601,28 +641,50 @@ class Channel:
         """Encode msg (a list: [kind, id, ...]) and queue it for the
         supervisor. Blocks while the ring is full; raises PeerDead."""
         with self._send_lock:
-            self._check_open()
+            if self._closed:
+                raise PeerDead("stubvisor.ipc: channel closed")
             if self._dead.value:
                 raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
-            self._push(self._packer.pack(msg))
+            data = self._packer.pack(msg)
+            r = self._out
+            n = len(data)
+            need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+            tail = r.cursor
+            pos = tail & r.mask
+            if r.size - pos < need or r.size - (tail - r.head.value) < need or n > r.max_frame:
+                return self._push_slow(data)
+            # The common case, inline: the frame fits before the end of
+            # the ring and there is room for it.
+            start = r.data_off + pos
+            mv = self._mv
+            _U32.pack_into(mv, start, n)
+            mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
+            tail += need
+            r.cursor = tail
+            # A full-fence store: the reader either sees the new tail
+            # before it sleeps, or we see its flag below and wake it.
+            _xchg8(r.tail_addr, tail, _SEQ_CST)
+            if r.reader_sleeping.value:
+                _futex_wake(r.tail_addr)
 
     def _check_open(self):
         if self._closed:
             raise PeerDead("stubvisor.ipc: channel closed")
 
-    def _push(self, data):
+    def _push_slow(self, data):
+        """Queue a frame that must wrap or wait for room."""
         r = self._out
         n = len(data)
         if n > r.max_frame:
             raise ValueError("stubvisor.ipc: %d-byte message, the ring takes %d: frame too large"
                              % (n, r.max_frame))
         need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
-        tail = r.load_tail()
+        tail = r.cursor
         pos = tail & r.mask
         room = r.size - pos
         total = need if room >= need else room + need
         while True:
-            head = r.load_head()
+            head = r.head.value
             used = tail - head
             if used < 0 or used > r.size:
                 raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
@@ -630,18 +692,18 @@ class Channel:
                 break
             self._wait_change(r.load_head, head, r.head_addr, r.writer_sleeping_addr, None)
         mv = self._mv
-        base = r.data_off
+        start = r.data_off + pos
         if room < need:
-            struct.pack_into("<I", mv, base + pos, WRAP_MARKER)
+            _U32.pack_into(mv, start, WRAP_MARKER)
             tail += room
-            pos = 0
-        start = base + pos
-        struct.pack_into("<I", mv, start, n)
-        mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
-        # A full-fence store: the reader either sees the new tail before it
-        # sleeps, or we see its flag below and wake it.
-        _xchg8(r.tail_addr, tail + need, _SEQ_CST)
-        if r.reader_sleeping():
+            start = r.data_off
+        _U32.pack_into(mv, start, n)
+        start += FRAME_HEADER_BYTES
+        mv[start:start + n] = data
+        tail += need
+        r.cursor = tail
+        _xchg8(r.tail_addr, tail, _SEQ_CST)
+        if r.reader_sleeping.value:
             _futex_wake(r.tail_addr)
 
     def recv(self, timeout=None):
@@ -650,15 +712,16 @@ class Channel:
         PeerDead when the supervisor is gone, ProtocolError on a bad frame
         (which is consumed)."""
         with self._recv_lock:
-            self._check_open()
-            deadline = None if timeout is None else time.monotonic() + timeout
+            if self._closed:
+                raise PeerDead("stubvisor.ipc: channel closed")
             r = self._in
-            head = r.load_head()
-            mv = self._mv
-            base = r.data_off
+            deadline = None
             while True:
-                tail = r.load_tail()
+                head = r.cursor
+                tail = r.tail.value
                 if tail == head:
+                    if deadline is None and timeout is not None:
+                        deadline = time.monotonic() + timeout
                     if not self._wait_change(r.load_tail, tail, r.tail_addr,
                                              r.reader_sleeping_addr, deadline):
                         return None
@@ -667,31 +730,38 @@ class Channel:
                 if avail < 0 or avail > r.size:
                     raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
                 pos = head & r.mask
-                (n,) = struct.unpack_from("<I", mv, base + pos)
+                start = r.data_off + pos
+                mv = self._mv
+                (n,) = _U32.unpack_from(mv, start)
                 if n == WRAP_MARKER:
                     skip = r.size - pos
                     if skip > avail:
                         raise ProtocolError("stubvisor.ipc: wrap marker with %d bytes queued" % avail)
-                    head += skip
-                    self._consumed(r, head)
+                    self._consumed(r, head + skip)
                     continue
                 need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
                 if n > r.max_frame or pos + FRAME_HEADER_BYTES + n > r.size or need > avail:
                     raise ProtocolError("stubvisor.ipc: frame of %d bytes with %d queued" % (n, avail))
-                start = base + pos + FRAME_HEADER_BYTES
+                start += FRAME_HEADER_BYTES
                 try:
-                    msg = msgpack.unpackb(mv[start:start + n], raw=False, strict_map_key=False)
+                    msg = _unpackb(mv[start:start + n], raw=False, strict_map_key=False)
                 except Exception as e:
-                    raise ProtocolError("stubvisor.ipc: undecodable frame: %s" % e) from e
-                finally:
                     self._consumed(r, head + need)
-                if not isinstance(msg, list) or len(msg) < 2:
+                    raise ProtocolError("stubvisor.ipc: undecodable frame: %s" % e) from e
+                # Inline _consumed: this is the hot path.
+                head += need
+                r.cursor = head
+                _xchg8(r.head_addr, head, _SEQ_CST)
+                if r.writer_sleeping.value:
+                    _futex_wake(r.head_addr)
+                if type(msg) is not list or len(msg) < 2:
                     raise ProtocolError("stubvisor.ipc: frame is not a message array")
                 return msg
 
     def _consumed(self, r, head):
+        r.cursor = head
         _xchg8(r.head_addr, head, _SEQ_CST)
-        if r.writer_sleeping():
+        if r.writer_sleeping.value:
             _futex_wake(r.head_addr)
 
     # --- memory ---------------------------------------------------------------
@@ -712,34 +782,35 @@ class Channel:
         """A writable memoryview of size bytes at offset in arena loc,
         checked against the arena's maximum, its committed size and the
         region file. Raises ValueError for a range outside them."""
-        self._check_open()
+        if self._closed:
+            raise PeerDead("stubvisor.ipc: channel closed")
         if loc == self._own_loc:
-            base, committed = self.header["arena0_off" if loc == 0 else "arena1_off"], self._arena.committed
+            base, committed = self._arena.base, self._arena.committed
         elif loc == self._peer_loc:
-            base, committed = self._peer_arena, self._peer_committed()
+            base, committed = self._peer_arena, self._peer_committed.value
         elif loc == LOC_NONE and size == 0:
             return self._mv[0:0]
         else:
             raise ValueError("stubvisor.ipc: view of location %r with %r bytes" % (loc, size))
-        if offset < 0 or size < 0:
-            raise ValueError("stubvisor.ipc: view [%d, +%d): negative" % (offset, size))
         end = offset + size
-        if end > self.header["arena_max"]:
-            raise ValueError("stubvisor.ipc: view [%d, +%d) past the arena maximum of %s"
-                             % (offset, size, format_bytes(self.header["arena_max"])))
-        if end > committed:
+        if offset < 0 or size < 0 or end > committed or end > self._arena_max:
+            if offset < 0 or size < 0:
+                raise ValueError("stubvisor.ipc: view [%d, +%d): negative" % (offset, size))
+            if end > self._arena_max:
+                raise ValueError("stubvisor.ipc: view [%d, +%d) past the arena maximum of %s"
+                                 % (offset, size, format_bytes(self._arena_max)))
             raise ValueError("stubvisor.ipc: view [%d, +%d) past the arena's %s committed"
                              % (offset, size, format_bytes(committed)))
-        if base + end > self._file_size(base + end):
-            raise ValueError("stubvisor.ipc: view [%d, +%d) past the region file" % (offset, size))
-        return self._mv[base + offset:base + end]
+        end += base
+        if end > self._known_size:
+            # The file only grows; look again only when a range passes
+            # what we last saw (the peer grew its arena).
+            self._known_size = os.fstat(self._fd).st_size
+            if end > self._known_size:
+                raise ValueError("stubvisor.ipc: view [%d, +%d) past the region file" % (offset, size))
+        return self._mv[base + offset:end]
 
     _known_size = 0
-
-    def _file_size(self, need):
-        if need > self._known_size:
-            self._known_size = os.fstat(self._fd).st_size
-        return self._known_size
 
     def usage(self):
         """(own, peer) arena figures: dicts of committed, in_use,
