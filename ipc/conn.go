@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -428,6 +429,7 @@ func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadlin
 				// answer. Not on every round: a yield costs about a
 				// microsecond, and the answer usually comes sooner.
 				if now.After(nextYield) {
+					runtime.Gosched() // and to this process's other goroutines
 					osYield()
 					nextYield = now.Add(yieldEvery)
 				}

@@ -65,15 +65,21 @@
 // Data is a byte ring of frames. A frame is a u32 length followed by that
 // many payload bytes, padded so the next frame starts 8-byte aligned. A
 // frame never wraps: when the contiguous room left before the end is too
-// small, the producer writes the length 0xFFFFFFFF (a wrap marker, when 4
-// bytes fit) and continues at offset 0. A payload larger than ring_bytes/2
-// is refused (ErrFrameTooLarge): bulk data goes in an arena.
+// small, the producer writes the length 0xFFFFFFFF (a wrap marker; frames
+// are 8-aligned, so it always fits) and continues at offset 0. A frame,
+// length word included, is at most ring_bytes/2 (MaxPayload), so a frame
+// that must wrap still fits once the ring has drained; a larger message is
+// refused (ErrFrameTooLarge): bulk data goes in an arena. The reader checks
+// every length and index it reads against the ring before using it.
 //
 // Wake-up is conditional (a Dekker handshake): the consumer stores
 // reader_sleeping=1 with a full fence, re-checks tail, then FUTEX_WAITs on
 // the low 32 bits of tail. The producer stores tail with a full fence and
 // FUTEX_WAKEs only if reader_sleeping is 1. Before sleeping, each side
-// polls for spin_ns. Space waits are symmetric on head/writer_sleeping.
+// polls for spin_ns, so a quick answer costs no system call; every few
+// microseconds of polling it yields the CPU (sched_yield), because on a
+// small machine the peer may be waiting for this very core. Space waits
+// are symmetric on head/writer_sleeping.
 // Every sleep is a bounded slice (20 ms) after which the waiter re-checks
 // dead (and, in the stub, whether its parent is still the supervisor), so a
 // blocked call returns within 100 ms of the peer's death. The supervisor's
@@ -88,6 +94,17 @@
 //	[name str, dtype int (backendapi.DataType), shape [int], loc int, offset int, size int]
 //
 // where loc is LocArena0 (supervisor arena), LocArena1 (stub arena),
-// LocNone (zero bytes); offset is relative to the arena start. The
-// messages, by kind, are defined in messages.go.
+// LocNone (zero bytes); offset is relative to the arena start (LocClient
+// and its extra element are described in messages.go). The messages, by
+// kind, are defined in messages.go; the Go codec (codec.go) is written by
+// hand for them, and readers skip array elements they do not know.
+//
+// # Arenas
+//
+// Each arena belongs to one side, which alone allocates and frees in it
+// (package shmpool: first fit, 64-byte blocks, bookkeeping in the owner's
+// memory). The owner commits default bytes at start and grows by at least
+// the growth step, up to arena_max, with fallocate; it publishes committed,
+// in-use and high-water bytes in its usage words, which the peer reads for
+// its status and uses to bound-check the offsets it receives.
 package ipc

@@ -531,6 +531,11 @@ class Channel:
         if self._side == 0:
             self._dead.value = 1
             self._wake_all()
+        else:
+            # Wake this side's own waiters (a recv for new frames, a send
+            # for room) so they see _closed now rather than after a slice.
+            _futex_wake(self._in.tail_addr)
+            _futex_wake(self._out.head_addr)
         # Take both locks so no send/recv is inside the mapping; their
         # waits notice _closed within one slice.
         with self._send_lock, self._recv_lock:
