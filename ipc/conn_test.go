@@ -150,6 +150,50 @@ func TestRingWrapAround(t *testing.T) {
 	}
 }
 
+// TestConcurrentSenders has several goroutines share one Conn's Send: every
+// message must arrive whole, and each sender's messages in its order.
+func TestConcurrentSenders(t *testing.T) {
+	for _, lang := range langs {
+		t.Run(lang, func(t *testing.T) {
+			noLeaks(t)
+			s := DefaultSettings()
+			s.RingBytes = 16 << 10 // small, so senders also meet a full ring
+			c := testConn(t, s)
+			p := startPeer(t, c, lang, "echo")
+			const senders, each = 4, 500
+			errs := make(chan error, senders)
+			for g := range senders {
+				go func() {
+					for i := range each {
+						m := &LogMsg{Level: "info", Message: strings.Repeat("s", 50+g*40), File: fmt.Sprint(g), Line: int64(i)}
+						if err := c.Send(m); err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			next := make([]int64, senders)
+			for range senders * each {
+				m := recvKind[*LogMsg](t, c)
+				var g int
+				fmt.Sscan(m.File, &g)
+				if g < 0 || g >= senders || m.Line != next[g] || len(m.Message) != 50+g*40 {
+					t.Fatalf("sender %d: got line %d with %d bytes, want line %d", g, m.Line, len(m.Message), next[g])
+				}
+				next[g]++
+			}
+			for range senders {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.finish(t, c)
+		})
+	}
+}
+
 func TestFrameTooLarge(t *testing.T) {
 	noLeaks(t)
 	c := testConn(t, Settings{Pool: DefaultSettings().Pool, RingBytes: MinRingBytes})

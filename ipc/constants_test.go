@@ -35,6 +35,7 @@ func goConstants() map[string]int64 {
 }
 
 func TestConstantsMatchPython(t *testing.T) {
+	noLeaks(t)
 	requirePython(t)
 	root, err := repoRoot()
 	if err != nil {

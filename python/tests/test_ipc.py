@@ -18,7 +18,24 @@ KIB = 1 << 10
 MIB = 1 << 20
 
 
+def open_fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+def no_leaks(test):
+    """Fail the test if it leaves a file descriptor or a /dev/shm entry
+    behind (the cleanup runs after every cleanup registered later)."""
+    fds, shm = open_fds(), set(os.listdir("/dev/shm"))
+
+    def check():
+        test.assertLessEqual(open_fds(), fds | {None}, "leaked file descriptors")
+        test.assertLessEqual(set(os.listdir("/dev/shm")), shm, "left in /dev/shm")
+
+    test.addCleanup(check)
+
+
 def make_pair(test, **settings):
+    no_leaks(test)
     sup = ipc.Channel._create(**settings)
     test.addCleanup(sup.close)
     stub = ipc.Channel.attach(os.dup(sup.fd))
@@ -154,6 +171,7 @@ class ChannelTest(unittest.TestCase):
             "ring size": (ipc.HDR_RING_BYTES, (5000).to_bytes(4, "little"), "power of two"),
             "moved arena": (ipc.HDR_ARENA1_OFF, (12345 * 4096).to_bytes(8, "little"), "layout"),
         }
+        no_leaks(self)
         for name, (off, data, msg) in cases.items():
             with self.subTest(name):
                 sup = ipc.Channel._create()
