@@ -28,7 +28,7 @@ def no_leaks(test):
     fds, shm = open_fds(), set(os.listdir("/dev/shm"))
 
     def check():
-        test.assertLessEqual(open_fds(), fds | {None}, "leaked file descriptors")
+        test.assertLessEqual(open_fds(), fds, "leaked file descriptors")
         test.assertLessEqual(set(os.listdir("/dev/shm")), shm, "left in /dev/shm")
 
     test.addCleanup(check)
