@@ -493,6 +493,14 @@ class Channel:
             h = _check_header(os.pread(fd, HEADER_SIZE, 0))
             if os.fstat(fd).st_size < h["arena0_off"]:
                 raise ProtocolError("stubvisor.ipc: region file does not back its rings")
+            # A file that could shrink could pull pages from under a view
+            # (SIGBUS); the supervisor seals it.
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError as e:
+                raise ProtocolError("stubvisor.ipc: region is not a sealable memfd: %s" % e) from e
+            if not seals & fcntl.F_SEAL_SHRINK:
+                raise ProtocolError("stubvisor.ipc: region is not sealed against shrinking")
             ch = cls(fd, 1, h)
         except BaseException:
             os.close(fd)

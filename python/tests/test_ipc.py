@@ -151,6 +151,29 @@ class ChannelTest(unittest.TestCase):
         with self.assertRaises(ipc.PeerDead):
             stub.send([ipc.KIND_LOG, 0, "", "", "", 0])
 
+    def test_corrupt_ring_indices(self):
+        sup, stub = make_pair(self)
+        # A tail more than a ring ahead, or a frame longer than what is
+        # queued, can only come from a broken peer.
+        ctypes.c_uint64.from_address(stub._in.tail_addr).value = 3 << 20
+        with self.assertRaisesRegex(ipc.ProtocolError, "ring indices"):
+            stub.recv(0)
+        ctypes.c_uint64.from_address(stub._in.tail_addr).value = 8
+        ipc._U32.pack_into(stub._mv, stub._in.data_off, 1 << 20)
+        with self.assertRaisesRegex(ipc.ProtocolError, "frame of"):
+            stub.recv(0)
+
+    def test_attach_rejects_unsealed_file(self):
+        no_leaks(self)
+        fd = os.memfd_create("unsealed", os.MFD_CLOEXEC)
+        lay = ipc.layout(1 << 20, 0, 1 << 20, 1 << 20, 1 << 20)
+        hdr = bytearray(ipc.HEADER_SIZE)
+        ipc._write_header(hdr, lay)
+        os.pwrite(fd, bytes(hdr), 0)
+        os.ftruncate(fd, lay["arena0_off"])
+        with self.assertRaisesRegex(ipc.ProtocolError, "sealable|sealed"):
+            ipc.Channel.attach(fd)
+
     def test_heartbeat(self):
         sup, stub = make_pair(self)
         for _ in range(3):
