@@ -45,6 +45,9 @@ func (l *launcher) start(cmd *exec.Cmd) error {
 	return <-errc
 }
 
+// stop ends the launcher thread; call it only when no stub is alive.
+func (l *launcher) stop() { close(l.reqs) }
+
 // kill sends SIGKILL to a stub. It is safe to call on a process that has
 // already exited.
 func kill(p *os.Process) {

@@ -13,6 +13,8 @@ type launcher struct{}
 
 func newLauncher() *launcher { return &launcher{} }
 
+func (l *launcher) stop() {}
+
 func (l *launcher) start(cmd *exec.Cmd) error { return errors.ErrUnsupported }
 
 func kill(p *os.Process) {

@@ -200,6 +200,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	}
 	wg.Wait()
 	s.shm.closeAll()
+	s.launcher.stop() // every stub is reaped: the thread that forked them may go
 }
 
 // pythonDir extracts the embedded Python stub once.

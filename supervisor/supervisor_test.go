@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
 // These tests run real python3 stubs on the models of testdata/models
@@ -43,7 +44,7 @@ func newSupervisor(t *testing.T, models ...string) *Supervisor {
 			t.Fatal(err)
 		}
 	}
-	fds, shm := countFDs(t), shmNames(t)
+	shmtest.NoLeaks(t)
 	opts := DefaultOptions()
 	opts.Repositories = []string{repo}
 	opts.CacheDir = t.TempDir()
@@ -53,20 +54,7 @@ func newSupervisor(t *testing.T, models ...string) *Supervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		s.Close(10 * time.Second)
-		if kids := children(); len(kids) > 0 {
-			t.Errorf("stub processes left after Close: %v", kids)
-		}
-		if n := countFDs(t); n > fds {
-			t.Errorf("%d fds open after Close, %d before", n, fds)
-		}
-		for name := range shmNames(t) {
-			if !shm[name] {
-				t.Errorf("/dev/shm/%s left behind", name)
-			}
-		}
-	})
+	t.Cleanup(func() { s.Close(10 * time.Second) })
 	return s
 }
 
@@ -75,49 +63,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
-}
-
-func countFDs(t *testing.T) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
-func shmNames(t *testing.T) map[string]bool {
-	ents, err := os.ReadDir("/dev/shm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]bool{}
-	for _, e := range ents {
-		m[e.Name()] = true
-	}
-	return m
-}
-
-// children lists the processes (zombies included) whose parent is this
-// test process.
-func children() []string {
-	ents, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	var out []string
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[1] == self {
-			out = append(out, e.Name()+" "+f[0])
-		}
-	}
-	return out
 }
 
 func fp32(v ...float32) []byte {
