@@ -48,8 +48,13 @@ type Settings struct {
 	Pool shmpool.Settings
 	// RingBytes is the data size of each ring: a power of two.
 	RingBytes uint32
-	// Spin is how long a waiter polls before it sleeps on the futex.
+	// Spin is how long the stub polls before it sleeps on the futex.
 	Spin time.Duration
+	// SupervisorSpin is the same for the supervisor's side. It is not part
+	// of the region: a supervisor whose process also runs front ends and
+	// shares a small machine with its stubs does better not to spin at all,
+	// since a spinning reader holds the CPU the stub needs to answer.
+	SupervisorSpin time.Duration
 }
 
 // DefaultSettings returns 1 MiB rings, arenas of 1 MiB growing by 1 MiB up
@@ -63,8 +68,9 @@ func DefaultSettings() Settings {
 			GrowthBytes:  defaultArenaGrowth,
 			MaxBytes:     defaultArenaMax,
 		},
-		RingBytes: defaultRingBytes,
-		Spin:      defaultSpin,
+		RingBytes:      defaultRingBytes,
+		Spin:           defaultSpin,
+		SupervisorSpin: defaultSpin,
 	}
 }
 
@@ -159,7 +165,12 @@ func Create(name string, s Settings) (_ *Conn, retErr error) {
 		return nil, fmt.Errorf("ipc: create region: %w", err)
 	}
 	l.encode(region.Bytes()[:HeaderSize])
-	return newConn(region, l, sideSupervisor)
+	c, err := newConn(region, l, sideSupervisor)
+	if err != nil {
+		return nil, err
+	}
+	c.spin = s.SupervisorSpin
+	return c, nil
 }
 
 // Attach maps the region in f (the stub side, normally fd 3), checks its
@@ -241,13 +252,17 @@ func newConn(region *shmpool.Region, l layout, side int) (*Conn, error) {
 func (c *Conn) File() *os.File { return c.region.File() }
 
 // Settings returns the protocol parameters of the region, as its header
-// records them.
+// records them, and on the supervisor's side its own spin.
 func (c *Conn) Settings() Settings {
-	return Settings{
+	s := Settings{
 		Pool:      shmpool.Settings{DefaultBytes: c.lay.arenaDefault, GrowthBytes: c.lay.arenaGrowth, MaxBytes: c.lay.arenaMax},
 		RingBytes: c.lay.ringBytes,
 		Spin:      time.Duration(c.lay.spinNs),
 	}
+	if c.side == sideSupervisor {
+		s.SupervisorSpin = c.spin
+	}
+	return s
 }
 
 // MaxFrame returns the largest encoded message Send accepts.

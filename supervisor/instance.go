@@ -172,12 +172,23 @@ func (inst *instance) setHeartbeat(t time.Time) {
 	inst.mu.Unlock()
 }
 
-// ready reports whether the instance has a live, initialized stub.
-func (inst *instance) ready() bool {
+// currentProc is the instance's live stub, nil while it restarts.
+func (inst *instance) currentProc() *stubProc {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
-	return inst.proc != nil && inst.proc.alive()
+	return inst.proc
 }
+
+// liveProc returns the instance's stub if it is alive, or nil.
+func (inst *instance) liveProc() *stubProc {
+	if p := inst.currentProc(); p != nil && p.alive() {
+		return p
+	}
+	return nil
+}
+
+// ready reports whether the instance has a live, initialized stub.
+func (inst *instance) ready() bool { return inst.liveProc() != nil }
 
 // status is the instance's row on the status page.
 func (inst *instance) status() backendapi.StubStatus {

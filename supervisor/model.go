@@ -38,10 +38,13 @@ type modelVersion struct {
 	labels map[string][]string
 
 	// queue holds batches any instance may take.
-	queue     chan *batch
-	scheduler scheduler
-	instances []*instance
-	stats     stats
+	queue chan *batch
+	// pipelineDepth is how many executes a stub of this model may have
+	// queued (see pipelineDepth).
+	pipelineDepth int
+	scheduler     scheduler
+	instances     []*instance
+	stats         stats
 
 	mu      sync.RWMutex
 	closing bool
@@ -64,11 +67,12 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	}
 	mv := &modelVersion{
 		sup: s, name: cfg.GetName(), version: version, dir: dir, cfg: cfg,
-		configJSON: string(js),
-		kind:       modelconfig.Kind(cfg),
-		decoupled:  cfg.GetModelTransactionPolicy().GetDecoupled(),
-		sig:        newSignature(cfg),
-		queue:      make(chan *batch, 1024),
+		configJSON:    string(js),
+		kind:          modelconfig.Kind(cfg),
+		decoupled:     cfg.GetModelTransactionPolicy().GetDecoupled(),
+		sig:           newSignature(cfg),
+		queue:         make(chan *batch, 1024),
+		pipelineDepth: pipelineDepth,
 	}
 	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
 	if mv.labels, err = readLabels(cfg, dir); err != nil {

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -29,6 +30,10 @@ type pending struct {
 	// arrives later is released at once.
 	abandoned bool
 
+	// runner is the stub process the request was sent to; assigned closes
+	// when it is set, so a waiting caller can start reading its ring.
+	runner   atomic.Pointer[stubProc]
+	assigned chan struct{}
 	// Set by the stub process that executes the request.
 	handle   uint64
 	inputs   []uint64 // arena 0 offsets of the inputs
@@ -40,7 +45,7 @@ type pending struct {
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
-	return &pending{ctx: ctx, req: req, batch: batch, queued: time.Now(), done: make(chan struct{})}
+	return &pending{ctx: ctx, req: req, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
 }
 
 // respond delivers one response. It reports whether the caller took the
@@ -87,20 +92,51 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 // fail ends the request with err unless it already ended.
 func (p *pending) fail(err error) { p.respond(nil, err, true) }
 
+// assign records the stub process the request is sent to.
+func (p *pending) assign(sp *stubProc) {
+	if p.runner.CompareAndSwap(nil, sp) {
+		close(p.assigned)
+	}
+}
+
+// await blocks until the request ends (true) or its context is done
+// (false). Once a stub runs the request, the caller takes its turn reading
+// that stub's ring (stubProc.read), so it usually reads its own response
+// itself instead of being woken by another goroutine that did.
+func (p *pending) await() bool {
+	for {
+		assigned, lead := p.assigned, (chan struct{})(nil)
+		sp := p.runner.Load()
+		if sp != nil {
+			assigned = nil
+			if sp.alive() {
+				lead = sp.lead
+			}
+		}
+		select {
+		case <-p.done:
+			return true
+		case <-p.ctx.Done():
+			return false
+		case <-assigned:
+		case <-lead:
+			sp.read(p.done, p.ctx.Done())
+		}
+	}
+}
+
 // wait blocks until the request ends or ctx is done.
 func (p *pending) wait() (*backendapi.InferResponse, error) {
-	select {
-	case <-p.done:
+	if p.await() {
 		return p.resp, p.err
-	case <-p.ctx.Done():
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.ended {
-			return p.resp, p.err
-		}
-		p.abandoned = true
-		return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return p.resp, p.err
+	}
+	p.abandoned = true
+	return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
 }
 
 // gone reports whether nobody waits for the request any more.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -18,13 +19,18 @@ import (
 
 // stubProc is one incarnation of a stub: a process, its region, and the
 // goroutines that serve it. When the process dies — for any reason — the
-// reaper marks the region dead, the receiver fails every request the stub
-// held, and the instance decides whether to start another.
+// reaper marks the region dead, fails every request the stub held, and the
+// instance decides whether to start another.
 //
-//	reaper:   cmd.Wait -> cause -> conn.MarkDead -> close(exited)
-//	receiver: conn.Recv loop -> responses, results, logs
-//	dispatch: model queue -> Execute (at most pipelineDepth outstanding)
-//	watchdog: heartbeat age and execute deadline -> SIGKILL
+//	reaper:   cmd.Wait -> cause -> conn.MarkDead -> close(exited) -> drain, fail the rest
+//	readers:  callers waiting for a reply take turns reading the ring (read)
+//	dispatch: model queue -> Execute (at most mv.pipelineDepth outstanding)
+//	watchdog: heartbeat age and execute deadline -> SIGKILL; drains the ring when nobody reads
+//
+// There is no goroutine dedicated to the ring: the caller that waits for a
+// reply reads it, handling every message for everyone (leader/follower),
+// so on the common path a reply reaches its caller without a hand-off
+// between goroutines, which on a small machine costs more than the stub.
 type stubProc struct {
 	inst *instance
 	log  hclog.Logger
@@ -41,11 +47,13 @@ type stubProc struct {
 	killReason atomic.Pointer[string]
 
 	slots chan struct{} // one token per Execute the stub may have queued
+	// lead is the token for reading the ring: one reader at a time.
+	lead chan struct{}
 
 	mu       sync.Mutex
 	batches  map[uint64]*batch
 	requests map[uint64]*pending
-	calls    map[uint64]chan *ipc.ResultMsg
+	calls    map[uint64]*callReply
 	// execSince is when the stub began the execute it is working on (zero
 	// when idle); the watchdog compares it with the model's execute timeout.
 	execSince time.Time
@@ -56,8 +64,7 @@ type stubProc struct {
 	// region is unmapped only when the process is gone and refs is zero.
 	refs     int
 	failed   bool // failAll ran: no new request may be registered
-	reaped   bool
-	recvDone bool // the receiver returned: nothing reads the ring any more
+	reaped   bool // the process is gone and nothing reads the ring any more
 	unmapped bool
 
 	// shm is the lifeline (fd 4 in the stub) and the client regions the
@@ -66,9 +73,24 @@ type stubProc struct {
 }
 
 // pipelineDepth is how many Execute messages a stub may have queued: one
-// running and one waiting, so the stub starts the next batch without a
-// round trip through the supervisor.
-const pipelineDepth = 2
+// running and the rest waiting in its ring, so the stub starts the next
+// batch without waiting for the supervisor, which on a busy machine may be
+// slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
+// the stub has not started can no longer grow, so fewer wait there.
+const (
+	pipelineDepth      = 4
+	batchPipelineDepth = 2
+)
+
+// readSlice bounds one wait of a reader, so it notices its caller's
+// cancellation.
+const readSlice = 20 * time.Millisecond
+
+// callReply is where a control call's Result lands.
+type callReply struct {
+	res  *ipc.ResultMsg
+	done chan struct{}
+}
 
 // errStubExited is the sentinel for requests that a dying stub held.
 var errStubExited = errors.New("stub exited")
@@ -128,10 +150,10 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 		shm:  stubShm{life: lifeParent},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
-		slots:   make(chan struct{}, pipelineDepth),
-		batches: map[uint64]*batch{}, requests: map[uint64]*pending{}, calls: map[uint64]chan *ipc.ResultMsg{},
+		slots: make(chan struct{}, inst.mv.pipelineDepth), lead: make(chan struct{}, 1),
+		batches: map[uint64]*batch{}, requests: map[uint64]*pending{}, calls: map[uint64]*callReply{},
 	}
-	for range pipelineDepth {
+	for range inst.mv.pipelineDepth {
 		p.slots <- struct{}{}
 	}
 	var pipes sync.WaitGroup
@@ -148,6 +170,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 
 	deadline := time.Now().Add(sup.opts.StubStartTimeout)
 	m, err := conn.Recv(deadline)
+	p.lead <- struct{}{} // from now on, whoever waits for a reply reads
 	if err != nil {
 		if errors.Is(err, ipc.ErrPeerDead) {
 			<-p.exited
@@ -163,13 +186,13 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 		return nil, fmt.Errorf("stub %s speaks protocol %d, the supervisor %d: %w", inst.name, hello.Version, ipc.ProtocolVersion, ipc.ErrVersion)
 	}
 	p.log.Debug("stub attached", "pid", p.pid, "info", hello.Info)
-	go p.receive()
 	go p.watch()
 	return p, nil
 }
 
-// reap waits for the process, records why it ended, and wakes everything
-// that waits on the region.
+// reap waits for the process, records why it ended, wakes everything that
+// waits on the region, handles what the stub sent before it died and fails
+// the requests it still held.
 func (p *stubProc) reap(pipes *sync.WaitGroup) {
 	err := p.cmd.Wait()
 	cause := "exited"
@@ -184,6 +207,11 @@ func (p *stubProc) reap(pipes *sync.WaitGroup) {
 	p.shm.closeLifeline(p)
 	close(p.exited)
 	pipes.Wait()
+	<-p.lead // a reader stops at the death; the token is never given back
+	if err := p.drain(); errors.Is(err, ipc.ErrProtocol) {
+		p.log.Error("stub broke the protocol before it exited", "error", err)
+	}
+	p.failAll()
 	p.mu.Lock()
 	p.reaped = true
 	p.mu.Unlock()
@@ -209,7 +237,7 @@ func (p *stubProc) alive() bool {
 // maybeUnmap closes the region once nothing can touch it any more.
 func (p *stubProc) maybeUnmap() {
 	p.mu.Lock()
-	do := p.reaped && p.recvDone && p.refs == 0 && !p.unmapped
+	do := p.reaped && p.refs == 0 && !p.unmapped
 	if do {
 		p.unmapped = true
 	}
@@ -220,14 +248,15 @@ func (p *stubProc) maybeUnmap() {
 	}
 }
 
-// call sends a request message and waits for its Result, the process's
-// death, or the timeout (0: none beyond death).
+// call sends a control message and waits for its Result, the process's
+// death, or the timeout (0: none beyond death), reading the ring while it
+// waits.
 func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration) (*ipc.ResultMsg, error) {
-	ch := make(chan *ipc.ResultMsg, 1)
+	c := &callReply{done: make(chan struct{})}
 	p.mu.Lock()
 	p.nextID++
 	id := p.nextID
-	p.calls[id] = ch
+	p.calls[id] = c
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
@@ -237,19 +266,23 @@ func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration
 	if err := p.conn.Send(build(id)); err != nil {
 		return nil, p.deathError(err)
 	}
-	var timer <-chan time.Time
+	ctx := context.Background()
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		timer = t.C
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	select {
-	case r := <-ch:
-		return r, nil
-	case <-p.exited:
-		return nil, p.deathError(errStubExited)
-	case <-timer:
-		return nil, fmt.Errorf("stub %s: no reply within %s", p.inst.name, timeout)
+	for {
+		select {
+		case <-c.done:
+			return c.res, nil
+		case <-p.exited:
+			return nil, p.deathError(errStubExited)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stub %s: no reply within %s", p.inst.name, timeout)
+		case <-p.lead:
+			p.read(c.done, ctx.Done())
+		}
 	}
 }
 
@@ -269,48 +302,81 @@ func (p *stubProc) failure() error {
 		p.inst.name, p.inst.mv.name, p.cause)
 }
 
-// receive reads every message the stub sends until the region is dead,
-// then fails what the stub still held.
-func (p *stubProc) receive() {
+// read makes the caller the ring's reader until done or cancel closes: it
+// handles every message that arrives, whoever it is for. The caller took
+// p.lead; read gives it back, so the next waiter takes over. A transport
+// failure ends the stub; read then returns once the process is reaped.
+func (p *stubProc) read(done, cancel <-chan struct{}) {
+	defer func() { p.lead <- struct{}{} }()
 	for {
-		m, err := p.conn.Recv(time.Time{})
+		select {
+		case <-done:
+			return
+		case <-cancel:
+			return
+		default:
+		}
+		m, err := p.conn.Recv(time.Now().Add(readSlice))
+		if errors.Is(err, ipc.ErrTimeout) {
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, ipc.ErrProtocol) {
-				p.log.Error("stub broke the protocol; killing it", "error", err)
-				p.kill("protocol violation: " + err.Error())
-			}
-			if p.alive() && !errors.Is(err, ipc.ErrProtocol) {
-				p.kill("transport failed: " + err.Error())
-			}
+			p.transportFailed(err)
 			<-p.exited
-			p.failAll()
-			p.mu.Lock()
-			p.recvDone = true
-			p.mu.Unlock()
-			p.maybeUnmap()
 			return
 		}
-		switch m := m.(type) {
-		case *ipc.ExecuteDoneMsg:
-			p.executeDone(m)
-		case *ipc.ResponseMsg:
-			p.deliver(&m.Response)
-		case *ipc.ResultMsg:
-			p.mu.Lock()
-			ch := p.calls[m.ID]
-			p.mu.Unlock()
-			if ch != nil {
-				ch <- m
-			}
-		case *ipc.LogMsg:
-			p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
-		case *ipc.InferExecMsg:
-			go p.inst.mv.sup.bls(p, m)
-		case *ipc.FreeMsg:
-			p.freeOwn(m.Offsets)
-		default:
-			p.log.Warn("unexpected message from stub", "kind", m.Kind())
+		p.handle(m)
+	}
+}
+
+// drain handles the messages already queued on the ring; the caller holds
+// p.lead. It returns ErrTimeout once the ring is empty, or why reading
+// failed.
+func (p *stubProc) drain() error {
+	for {
+		m, err := p.conn.Recv(time.Now())
+		if err != nil {
+			return err
 		}
+		p.handle(m)
+	}
+}
+
+// transportFailed ends a stub whose ring cannot be read any more.
+func (p *stubProc) transportFailed(err error) {
+	switch {
+	case errors.Is(err, ipc.ErrProtocol):
+		p.log.Error("stub broke the protocol; killing it", "error", err)
+		p.kill("protocol violation: " + err.Error())
+	case p.alive() && !errors.Is(err, ipc.ErrPeerDead):
+		p.kill("transport failed: " + err.Error())
+	}
+}
+
+// handle acts on one message from the stub.
+func (p *stubProc) handle(m ipc.Message) {
+	switch m := m.(type) {
+	case *ipc.ExecuteDoneMsg:
+		p.executeDone(m)
+	case *ipc.ResponseMsg:
+		p.deliver(&m.Response)
+	case *ipc.ResultMsg:
+		p.mu.Lock()
+		c := p.calls[m.ID]
+		delete(p.calls, m.ID)
+		p.mu.Unlock()
+		if c != nil {
+			c.res = m
+			close(c.done)
+		}
+	case *ipc.LogMsg:
+		p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
+	case *ipc.InferExecMsg:
+		go p.inst.mv.sup.bls(p, m)
+	case *ipc.FreeMsg:
+		p.freeOwn(m.Offsets)
+	default:
+		p.log.Warn("unexpected message from stub", "kind", m.Kind())
 	}
 }
 
@@ -325,6 +391,33 @@ func (p *stubProc) failAll() {
 	p.mu.Unlock()
 	for _, r := range reqs {
 		p.inst.mv.finish(r, nil, err, true)
+	}
+}
+
+// next uses the pipeline slot an execute just freed: it sends the next
+// queued batch from the calling reader, or returns the slot to the
+// dispatcher when nothing waits. (A reader that sends could in principle
+// block on a full ring while the stub blocks on ours; the rings hold far
+// more than the pipeline's few small Execute messages.)
+func (p *stubProc) next() {
+	select {
+	case b := <-p.inst.direct:
+		p.execute(b)
+	case b := <-p.inst.mv.queue:
+		p.execute(b)
+	default:
+		p.slots <- struct{}{}
+	}
+}
+
+// takeSlot takes a free pipeline slot without waiting, for a caller that
+// sends its own request (no hand-off to the dispatcher).
+func (p *stubProc) takeSlot() bool {
+	select {
+	case <-p.slots:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -392,6 +485,9 @@ func (p *stubProc) execute(b *batch) {
 		p.execSince = now
 	}
 	p.mu.Unlock()
+	for _, pr := range live {
+		pr.assign(p)
+	}
 	if err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}); err != nil {
 		// The receiver fails the batch once the death is confirmed; a
 		// live stub whose ring refuses us is broken.
@@ -488,10 +584,10 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
 		return
 	}
-	p.slots <- struct{}{}
 	for i := range m.Responses {
 		p.deliver(&m.Responses[i])
 	}
+	p.next()
 	var execErr error
 	if m.Error != nil {
 		execErr = backendapi.Errorf(backendapi.Code(m.Error.Code), "%s", m.Error.Message)
@@ -637,6 +733,7 @@ func (p *stubProc) watch() {
 		case <-p.exited:
 			return
 		case now := <-tick.C:
+			p.drainIdle()
 			if b := p.conn.PeerHeartbeat(); b != lastBeat {
 				lastBeat, lastChange = b, now
 				p.inst.setHeartbeat(now)
@@ -655,6 +752,20 @@ func (p *stubProc) watch() {
 				}
 			}
 		}
+	}
+}
+
+// drainIdle reads what the stub sent while no caller was reading (logs
+// from its own threads, frees, replies to abandoned requests).
+func (p *stubProc) drainIdle() {
+	select {
+	case <-p.lead:
+	default:
+		return // a reader is at work
+	}
+	defer func() { p.lead <- struct{}{} }()
+	if err := p.drain(); !errors.Is(err, ipc.ErrTimeout) {
+		p.transportFailed(err)
 	}
 }
 

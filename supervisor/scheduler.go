@@ -10,9 +10,11 @@ func newScheduler(mv *modelVersion) (scheduler, error) {
 	switch {
 	case mv.cfg.GetSequenceBatching() != nil:
 		mv.queue = make(chan *batch)
+		mv.pipelineDepth = batchPipelineDepth
 		return newSequenceBatcher(mv, mv.cfg.GetSequenceBatching())
 	case mv.cfg.GetDynamicBatching() != nil:
 		mv.queue = make(chan *batch)
+		mv.pipelineDepth = batchPipelineDepth
 		return newDynamicBatcher(mv, mv.cfg.GetDynamicBatching()), nil
 	}
 	return &defaultScheduler{mv: mv}, nil
@@ -24,6 +26,10 @@ type defaultScheduler struct{ mv *modelVersion }
 
 func (s *defaultScheduler) enqueue(pr *pending) error {
 	b := &batch{items: []*pending{pr}}
+	if p := s.mv.freeStub(); p != nil {
+		p.execute(b)
+		return nil
+	}
 	select {
 	case s.mv.queue <- b:
 		return nil
@@ -33,3 +39,22 @@ func (s *defaultScheduler) enqueue(pr *pending) error {
 }
 
 func (s *defaultScheduler) stop() {}
+
+// freeStub takes a pipeline slot of the instance with the most free ones,
+// when no batch is queued before it, so the caller sends its request
+// itself.
+func (mv *modelVersion) freeStub() *stubProc {
+	if len(mv.queue) > 0 {
+		return nil
+	}
+	var best *stubProc
+	for _, inst := range mv.instances {
+		if p := inst.liveProc(); p != nil && (best == nil || len(p.slots) > len(best.slots)) {
+			best = p
+		}
+	}
+	if best == nil || !best.takeSlot() {
+		return nil
+	}
+	return best
+}

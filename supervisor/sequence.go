@@ -345,7 +345,7 @@ func (s *sequenceBatcher) bury(key seqKey, why string) {
 // sequence that has none running, when the instance has room. Called with
 // s.mu held.
 func (s *sequenceBatcher) pump(l *lane) {
-	for l.outstanding < pipelineDepth {
+	for l.outstanding < s.mv.pipelineDepth {
 		cur := l.inst.currentProc()
 		var items []*pending
 		var members []*sequence
@@ -370,7 +370,7 @@ func (s *sequenceBatcher) pump(l *lane) {
 			return
 		}
 		l.outstanding++
-		// direct holds at most pipelineDepth of this lane's batches, far
+		// direct holds at most mv.pipelineDepth of this lane's batches, far
 		// below its capacity, so the send does not block.
 		l.inst.direct <- &batch{items: items}
 		s.wg.Add(1)
@@ -499,11 +499,4 @@ func (s *sequenceBatcher) stop() {
 			break
 		}
 	}
-}
-
-// currentProc is the instance's live stub, nil while it restarts.
-func (inst *instance) currentProc() *stubProc {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.proc
 }

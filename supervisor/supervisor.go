@@ -65,15 +65,19 @@ type Options struct {
 	Logger hclog.Logger
 }
 
-// DefaultOptions returns the defaults of every setting.
+// DefaultOptions returns the defaults of every setting. The supervisor's
+// side of each region does not spin (ipc.Settings.SupervisorSpin): on a
+// small machine a spinning reader takes the CPU the stub needs.
 func DefaultOptions() Options {
+	ipcSettings := ipc.DefaultSettings()
+	ipcSettings.SupervisorSpin = 0
 	return Options{
 		ModelControl:       ControlNone,
 		PollInterval:       15 * time.Second,
 		StrictReadiness:    true,
 		AutoCompleteConfig: true,
 		Python:             "/usr/bin/python3",
-		IPC:                ipc.DefaultSettings(),
+		IPC:                ipcSettings,
 		StubStartTimeout:   30 * time.Second,
 		InitializeTimeout:  10 * time.Minute,
 		HeartbeatTimeout:   30 * time.Second,
@@ -384,18 +388,15 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 	if err != nil {
 		return err
 	}
-	select {
-	case <-pr.done:
-		return nil
-	case <-ctx.Done():
+	if !pr.await() {
 		pr.mu.Lock()
 		pr.abandoned = true
 		pr.mu.Unlock()
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
 		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
-		return nil
 	}
+	return nil
 }
 
 // Stubs implements backendapi.Backend.
