@@ -15,24 +15,51 @@ type request struct {
 	h         *host
 	handle    uint64
 	requested []string
+	targets   []ipc.OutputTarget // outputs the client wants in its shared memory
 
-	mu      sync.Mutex
-	pending []ipc.Tensor // outputs allocated for the next response
-	final   bool         // the final response went out; nothing more may
+	mu        sync.Mutex
+	pending   []ipc.Tensor // outputs allocated for the next response
+	targetErr error        // an output that did not fit its target; fails the next response
+	final     bool         // the final response went out; nothing more may
 }
 
 var _ backendapi.RequestEnv = (*request)(nil)
 
+// target returns where the client wants output name, if in its shared
+// memory.
+func (r *request) target(name string) (ipc.OutputTarget, bool) {
+	for _, tg := range r.targets {
+		if tg.Name == name {
+			return tg, true
+		}
+	}
+	return ipc.OutputTarget{}, false
+}
+
 // Output allocates an output in the stub's arena and attaches it to the
-// request's next response. An output the client did not ask for gets
-// ordinary memory instead and is dropped, which prunes it for free.
+// request's next response. An output the client asked for in a shared
+// memory region is the region itself, so the model writes the result in
+// place; one that does not fit there fails the response (the error is also
+// returned, so the model can stop early). An output the client did not ask
+// for gets ordinary memory instead and is dropped, which prunes it for
+// free.
 func (r *request) Output(name string, dt backendapi.DataType, shape []int64, n int) ([]byte, error) {
 	if len(r.requested) > 0 && !slices.Contains(r.requested, name) {
 		return make([]byte, n), nil
 	}
 	t := ipc.Tensor{Name: name, DataType: uint8(dt), Shape: slices.Clone(shape), Loc: ipc.LocNone}
 	var buf []byte
-	if n > 0 {
+	if tg, ok := r.target(name); ok {
+		var err error
+		if buf, t, err = r.h.target(tg, name, uint8(dt), t.Shape, n); err != nil {
+			r.mu.Lock()
+			if r.targetErr == nil {
+				r.targetErr = err
+			}
+			r.mu.Unlock()
+			return nil, err
+		}
+	} else if n > 0 {
 		off, b, err := r.h.alloc(n)
 		if err != nil {
 			return nil, backendapi.Errorf(backendapi.Internal, "Failed to allocate output '%s' in the shared memory pool: %v", name, err)
@@ -94,11 +121,18 @@ func (r *request) wire(resp backendapi.ModelResponse, flags uint32) (ipc.Respons
 	}
 	outs := r.pending
 	r.pending = nil
+	targetErr := r.targetErr
+	r.targetErr = nil
 	if flags&ipc.FlagFinal != 0 {
 		r.final = true
 	}
 	r.mu.Unlock()
 	w := ipc.Response{Handle: r.handle, Flags: flags, ParametersJSON: resp.Parameters}
+	if resp.Err == nil && targetErr != nil {
+		// The model went on after an output did not fit its region.
+		resp.Err = targetErr
+		w.ParametersJSON = ""
+	}
 	if resp.Err != nil {
 		r.h.freeOwned(offsets(outs))
 		w.Error = wireError(resp.Err)
@@ -106,6 +140,18 @@ func (r *request) wire(resp backendapi.ModelResponse, flags uint32) (ipc.Respons
 	}
 	for _, t := range resp.Outputs {
 		if len(r.requested) > 0 && !slices.Contains(r.requested, t.Name) {
+			continue
+		}
+		if tg, ok := r.target(t.Name); ok {
+			// The one copy of an output in ordinary memory: into the
+			// client's region.
+			buf, wt, err := r.h.target(tg, t.Name, uint8(t.DataType), t.Shape, len(t.Data))
+			if err != nil {
+				r.h.freeOwned(offsets(outs))
+				return ipc.Response{Handle: r.handle, Flags: flags, Error: wireError(err)}, nil
+			}
+			copy(buf, t.Data)
+			outs = append(outs, wt)
 			continue
 		}
 		wt := ipc.Tensor{Name: t.Name, DataType: uint8(t.DataType), Shape: t.Shape, Loc: ipc.LocNone}
@@ -159,7 +205,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 	reqs := make([]*backendapi.ModelRequest, len(m.Requests))
 	for i := range m.Requests {
 		w := &m.Requests[i]
-		env := &request{h: h, handle: w.Handle, requested: w.RequestedOutputs}
+		env := &request{h: h, handle: w.Handle, requested: w.RequestedOutputs, targets: w.OutputTargets}
 		mr := backendapi.NewModelRequest(env)
 		mr.ID, mr.Flags, mr.RequestedOutputs, mr.Parameters = w.ID, w.Flags, w.RequestedOutputs, w.ParametersJSON
 		mr.Timeout = time.Duration(w.TimeoutMicros) * time.Microsecond
@@ -173,7 +219,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		}
 		mr.Inputs = make([]backendapi.Tensor, len(w.Inputs))
 		for j, t := range w.Inputs {
-			data, err := h.conn.View(t.Loc, t.Offset, t.Size)
+			data, err := h.inputView(t)
 			if err != nil {
 				h.failBatch(m.BatchID, envs[:i], fmt.Errorf("input '%s' of request %d: %w", t.Name, w.Handle, err))
 				return
@@ -215,6 +261,15 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		}
 	}
 	h.cancelMu.Unlock()
+}
+
+// inputView returns the bytes of an input: a zero-copy view of the
+// supervisor's arena or of a client's region, bounds-checked.
+func (h *host) inputView(t ipc.Tensor) ([]byte, error) {
+	if t.Loc == ipc.LocClient {
+		return h.shm.view(t.RegionID, t.Offset, t.Size)
+	}
+	return h.conn.View(t.Loc, t.Offset, t.Size)
 }
 
 // callExecute calls the model's Execute, reporting a panic before it kills the

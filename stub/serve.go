@@ -50,12 +50,15 @@ func Serve(model backendapi.Model) {
 func serve(model backendapi.Model) int {
 	// The supervisor owns the life cycle: Finalize, then SIGKILL.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	// Take the lifeline before anything else can open a descriptor.
+	life := openLifeline()
 	conn, err := ipc.Attach(os.NewFile(RegionFD, "stubvisor-region"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", RegionFD, err)
 		return exitAttach
 	}
-	h := newHost(conn, model, os.Getenv(InstanceEnv))
+	h := newHost(conn, model, os.Getenv(InstanceEnv), life)
+	defer h.shm.closeAll()
 	return h.run()
 }
 
@@ -80,12 +83,15 @@ type host struct {
 	cancelMu  sync.Mutex
 	cancelled map[uint64]struct{}
 
+	shm *regions // client shared-memory regions mapped in this stub
+
 	exit chan int
 }
 
-func newHost(conn *ipc.Conn, model backendapi.Model, instance string) *host {
+func newHost(conn *ipc.Conn, model backendapi.Model, instance string, life int) *host {
 	return &host{
 		conn: conn, model: model, instance: instance,
+		shm:       newRegions(life),
 		owned:     map[uint64]struct{}{},
 		cancelled: map[uint64]struct{}{},
 		exit:      make(chan int, 1),
@@ -219,6 +225,19 @@ func (h *host) dispatch(m ipc.Message) {
 		}
 		h.cancelled[m.Handle] = struct{}{}
 		h.cancelMu.Unlock()
+	case *ipc.MapRegionMsg:
+		if err := h.shm.mapRegion(m); err != nil {
+			if errors.Is(err, ipc.ErrProtocol) {
+				// The fds on the lifeline no longer pair with the ring's
+				// messages: any later region could be the wrong one.
+				fmt.Fprintf(os.Stderr, "stubvisor Go stub: %v\n", err)
+				os.Exit(exitProtocol)
+			}
+			// Requests naming the region fail with ErrRegionNotMapped.
+			h.logf("ERROR", "cannot map client shared memory: %v", err)
+		}
+	case *ipc.UnmapRegionMsg:
+		h.shm.unmap(m.RegionID)
 	case *ipc.InferResultMsg:
 		// Go models make no BLS calls: hand back what a result holds.
 		var offs []uint64

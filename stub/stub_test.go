@@ -43,6 +43,8 @@ var roles = map[string]backendapi.Model{
 	"cancel":    &cancelModel{},
 	"initfail":  &echoModel{initErr: backendapi.Errorf(backendapi.InvalidArg, "bad parameter 'X'")},
 	"wrongsize": &wrongSizeModel{},
+	"alias":     &aliasModel{},
+	"sloppy":    &sloppyModel{},
 }
 
 // echoModel copies IN0 to OUT0 and OUT1 (both fixed-size); IN0[0] == -1
@@ -176,6 +178,13 @@ const waitBound = 10 * time.Second
 // handshake. The process is killed and the region closed at cleanup.
 func startStub(t *testing.T, role string) *peer {
 	t.Helper()
+	return startStubFiles(t, role)
+}
+
+// startStubFiles is startStub with extra descriptors for the stub, from
+// fd 4 on (the lifeline). The caller closes its copies.
+func startStubFiles(t *testing.T, role string, extra ...*os.File) *peer {
+	t.Helper()
 	s := ipc.DefaultSettings()
 	s.Pool.DefaultBytes, s.Pool.GrowthBytes, s.Pool.MaxBytes = 1<<20, 1<<20, 16<<20
 	conn, err := ipc.Create("stub-test", s)
@@ -185,7 +194,7 @@ func startStub(t *testing.T, role string) *peer {
 	p := &peer{t: t, conn: conn, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(), roleEnv+"="+role, InstanceEnv+"="+role+"_0_0")
-	p.cmd.ExtraFiles = []*os.File{conn.File()}
+	p.cmd.ExtraFiles = append([]*os.File{conn.File()}, extra...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

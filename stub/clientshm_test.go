@@ -1,0 +1,52 @@
+package stub
+
+import (
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+// aliasModel (decoupled) sends an empty response, waits until the request
+// is cancelled (bounded), then copies IN0 to OUT0 and ends the request: a
+// test can change the input in between and see whether the model read
+// the client's memory or a copy of it.
+type aliasModel struct{}
+
+func (aliasModel) Initialize(map[string]string) error { return nil }
+func (aliasModel) Finalize() error                    { return nil }
+func (aliasModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+	for _, r := range reqs {
+		_ = r.Send(backendapi.ModelResponse{}, false)
+		deadline := time.Now().Add(waitBound)
+		for !r.Cancelled() {
+			if time.Now().After(deadline) {
+				_ = r.Send(backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
+				return nil
+			}
+		}
+		in, _ := r.Input("IN0")
+		out, err := r.Output("OUT0", in.DataType, in.Shape)
+		if err != nil {
+			_ = r.Send(backendapi.ModelResponse{Err: err}, true)
+			continue
+		}
+		copy(out, in.Data)
+		_ = r.Send(backendapi.ModelResponse{}, true)
+	}
+	return nil
+}
+
+// sloppyModel ignores the error of Output and answers as if all went well.
+type sloppyModel struct{}
+
+func (sloppyModel) Initialize(map[string]string) error { return nil }
+func (sloppyModel) Finalize() error                    { return nil }
+func (sloppyModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+	for _, r := range reqs {
+		in, _ := r.Input("IN0")
+		if out, err := r.Output("OUT0", in.DataType, in.Shape); err == nil {
+			copy(out, in.Data)
+		}
+	}
+	return make([]backendapi.ModelResponse, len(reqs))
+}
