@@ -3,6 +3,7 @@ module github.com/stubvisor/stubvisor
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1
