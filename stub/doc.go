@@ -27,6 +27,12 @@
 // stub handed out are ever freed, so a stray or repeated Release cannot
 // free a live block.
 //
+// Client shared memory. Tensors a client placed in a registered system
+// shared-memory region never enter the arenas: the stub maps the region
+// (its fd arrives on the lifeline, fd 4, ahead of MapRegion), inputs are
+// views of it, and ModelRequest.Output returns the client's own bytes for
+// an output the client asked for there (see clientshm.go).
+//
 // Crashes. A panic in the model is not recovered: like a segfault in a
 // Python extension it kills the process (after a Log message and Go's
 // usual trace on stderr, which the supervisor logs), and the supervisor
