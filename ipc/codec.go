@@ -106,6 +106,11 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 	case *InferResultMsg:
 		return appendResponse(appendHead(b, 3, KindInferResult, m.ID), &m.Response), nil
 	case *MapRegionMsg:
+		if m.CUDAHandle != nil {
+			b = appendUint(appendHead(b, 7, KindMapRegion, 0), m.RegionID)
+			b = appendUint(appendUint(b, m.Offset), m.Size)
+			return appendInt(appendBin(b, m.CUDAHandle), m.DeviceID), nil
+		}
 		b = appendUint(appendHead(b, 5, KindMapRegion, 0), m.RegionID)
 		return appendUint(appendUint(b, m.Offset), m.Size), nil
 	case *UnmapRegionMsg:
@@ -218,7 +223,7 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 }
 
 func appendTensor(b []byte, t *Tensor) []byte {
-	if t.Loc == LocClient {
+	if t.Loc == LocClient || t.Loc == LocCUDA {
 		b = appendArrayLen(b, 7)
 	} else {
 		b = appendArrayLen(b, 6)
@@ -229,7 +234,7 @@ func appendTensor(b []byte, t *Tensor) []byte {
 		b = appendInt(b, d)
 	}
 	b = appendUint(appendUint(appendUint(b, uint64(t.Loc)), t.Offset), t.Size)
-	if t.Loc == LocClient {
+	if t.Loc == LocClient || t.Loc == LocCUDA {
 		b = appendUint(b, t.RegionID)
 	}
 	return b
@@ -326,6 +331,19 @@ func appendString(b []byte, s string) []byte {
 		b = binary.BigEndian.AppendUint32(append(b, 0xdb), uint32(n))
 	}
 	return append(b, s...)
+}
+
+func appendBin(b []byte, v []byte) []byte {
+	n := len(v)
+	switch {
+	case n <= math.MaxUint8:
+		b = append(b, 0xc4, byte(n))
+	case n <= math.MaxUint16:
+		b = binary.BigEndian.AppendUint16(append(b, 0xc5), uint16(n))
+	default:
+		b = binary.BigEndian.AppendUint32(append(b, 0xc6), uint32(n))
+	}
+	return append(b, v...)
 }
 
 func appendArrayLen(b []byte, n int) []byte {
@@ -433,6 +451,14 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 				if v.Offset, err = r.uint(math.MaxUint64); err == nil {
 					v.Size, err = r.uint(math.MaxUint64)
 				}
+			}
+			if err == nil && n >= 7 {
+				var h []byte
+				if h, err = r.rawStr(); err == nil {
+					v.CUDAHandle = append([]byte{}, h...)
+					v.DeviceID, err = r.int()
+				}
+				want = 7
 			}
 			m = v
 		}

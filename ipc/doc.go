@@ -95,7 +95,8 @@
 //
 // where loc is LocArena0 (supervisor arena), LocArena1 (stub arena),
 // LocNone (zero bytes); offset is relative to the arena start (LocClient
-// and its extra element are described in messages.go). The messages, by
+// and LocCUDA, client shared memory and client CUDA memory, and their extra
+// element are described in messages.go). The messages, by
 // kind, are defined in messages.go; the Go codec (codec.go) is written by
 // hand for them, and readers skip array elements they do not know.
 //

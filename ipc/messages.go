@@ -22,6 +22,10 @@ type Kind uint8
 //	             shared-memory region whose fd was just sent with SCM_RIGHTS
 //	             on the lifeline socket (fd 4); tensors with loc LocClient
 //	             name it by region_id
+//	             [9, 0, region_id, 0, byte_size, cuda_handle bin, device_id int]
+//	             a CUDA region instead: no fd is sent; the stub opens the
+//	             64-byte cudaIpcMemHandle_t on the device when a tensor
+//	             first uses it; tensors with loc LocCUDA name it by region_id
 //	UnmapRegion  [10, 0, region_id]    no request uses the region any more
 //
 // Stub -> supervisor messages.
@@ -79,6 +83,13 @@ const (
 	// relative to the registered part and the tensor's 7th element is the
 	// region id of a MapRegion.
 	LocClient = 3
+	// LocCUDA is a client's registered CUDA region: offset is relative to
+	// the pointer the region's IPC handle opens to, and the 7th element is
+	// the region id of a MapRegion that carried the handle. Inputs only:
+	// an output the stub wrote into any client region, CUDA or not, comes
+	// back as LocClient (the request's output target already names the
+	// region).
+	LocCUDA = 4
 )
 
 // Response flags.
@@ -90,7 +101,7 @@ const (
 
 // Tensor describes one tensor whose bytes live in an arena:
 // [name, dtype, shape, loc, offset, size], plus region_id when loc is
-// LocClient (readers accept 6 or 7 elements).
+// LocClient or LocCUDA (readers accept 6 or 7 elements).
 type Tensor struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Name     string
@@ -195,11 +206,14 @@ type InferResultMsg struct {
 	Response Response
 }
 
-// MapRegionMsg is [9, 0, region_id, region_offset, byte_size].
+// MapRegionMsg is [9, 0, region_id, region_offset, byte_size], plus
+// [cuda_handle, device_id] for a CUDA region (CUDAHandle not nil).
 type MapRegionMsg struct {
-	RegionID uint64
-	Offset   uint64
-	Size     uint64
+	RegionID   uint64
+	Offset     uint64
+	Size       uint64
+	CUDAHandle []byte // cudaIpcMemHandle_t; nil for a system region
+	DeviceID   int64  // CUDA regions only
 }
 
 // UnmapRegionMsg is [10, 0, region_id].

@@ -97,6 +97,7 @@ LOC_ARENA0 = 0
 LOC_ARENA1 = 1
 LOC_NONE = 2
 LOC_CLIENT = 3  # a client's shared-memory region; the tensor's 7th element is its region id
+LOC_CUDA = 4  # a client's CUDA region (inputs); the tensor's 7th element is its region id
 
 FLAG_FINAL = 1
 
