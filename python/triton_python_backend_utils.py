@@ -560,12 +560,19 @@ _dl_capsule_destructor_ptr = ctypes.cast(_dl_capsule_destructor, ctypes.c_void_p
 
 
 def _dl_export(array, code):
+    data = array.__array_interface__["data"][0] if array.size else None
+    return _dl_export_raw(data, array.shape, code, _kDLCPU, 0, array)
+
+
+def _dl_export_raw(data, dims, code, device_type, device_id, owner):
+    """A "dltensor" capsule for data (an address on the device) that keeps
+    owner alive until the consumer calls the deleter."""
     managed = _DLManagedTensor()
-    ndim = array.ndim
-    shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
+    ndim = len(dims)
+    shape = (ctypes.c_int64 * max(ndim, 1))(*dims)
     t = managed.dl_tensor
-    t.data = array.__array_interface__["data"][0] if array.size else None
-    t.device = _DLDevice(_kDLCPU, 0)
+    t.data = data
+    t.device = _DLDevice(device_type, device_id)
     t.ndim = ndim
     dl_code, bits = _DL_OF[code]
     t.dtype = _DLDataType(dl_code, bits, 1)
@@ -576,7 +583,7 @@ def _dl_export(array, code):
     managed.deleter = _dl_export_deleter
     address = ctypes.addressof(managed)
     with _dl_exports_lock:
-        _dl_exports[address] = (managed, shape, array)
+        _dl_exports[address] = (managed, shape, owner)
     return _capsule_new(address, _DLTENSOR_NAME, _dl_capsule_destructor_ptr)
 
 
@@ -660,6 +667,14 @@ def _dl_import(name, capsule):
 # Set by the host: view(loc, offset, size) -> writable memoryview.
 _view = None
 
+# Inputs in a client's CUDA region (stubvisor.ipc.LOC_CUDA) live on the
+# device: their _src is (_LOC_CUDA, (region_id, offset), size). The host
+# sets _cuda to its CUDA regions (place(region_id, offset, size) ->
+# (device, pointer); lease(region_id) -> an object that keeps the memory
+# mapped while it lives).
+_LOC_CUDA = 4
+_cuda = None
+
 
 class Tensor:
     """A named tensor: an input of a request or an output of a response.
@@ -702,7 +717,8 @@ class Tensor:
         return list(self._np.shape)
 
     def is_cpu(self):
-        return True
+        src = self._src
+        return src is None or src[0] != _LOC_CUDA
 
     def as_numpy(self):
         if self._dtype == _BF16:
@@ -710,6 +726,8 @@ class Tensor:
                 "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
             )
         array = self._np
+        if array is None and self._src[0] == _LOC_CUDA:
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
         if array is None:
             array = self._materialize()
         return array
@@ -730,13 +748,25 @@ class Tensor:
             raise TritonModelException("DLPack does not have support for string tensors.")
         array = self._np
         if array is None:
+            if self._src[0] == _LOC_CUDA:
+                return self._cuda_export()
             array = self._materialize()
         return _dl_export(array, self._dtype)
+
+    def _cuda_export(self):
+        _, (region_id, offset), size = self._src
+        device, pointer = _cuda.place(region_id, offset, size)
+        return _dl_export_raw(pointer if size else None, self._shape, self._dtype, _kDLCUDA, device,
+                              _cuda.lease(region_id))
 
     def __dlpack__(self, stream=None):
         return self.to_dlpack()
 
     def __dlpack_device__(self):
+        src = self._src
+        if self._np is None and src[0] == _LOC_CUDA:
+            device, _ = _cuda.place(src[1][0], src[1][1], src[2])
+            return (_kDLCUDA, device)
         return (_kDLCPU, 0)
 
     @staticmethod

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
@@ -22,7 +23,8 @@ import (
 var ErrBadShmKey = errors.New("shared memory key is not a POSIX shm object name")
 
 // clientShm is the supervisor's registry of client regions (system and
-// CUDA share one namespace, as in Triton). The zero value is ready.
+// CUDA share one namespace, as in Triton; CUDA regions are described in
+// clientshm_cuda.go). The zero value is ready.
 type clientShm struct {
 	mu      sync.Mutex
 	nextID  uint64
@@ -169,9 +171,15 @@ func (c *clientShm) closeRegion(r *shmRegion) {
 // ensureMapped makes sure the stub has mapped r before any message that
 // names it: the fd goes over the lifeline first, then MapRegion on the
 // ring, so the stub finds the fd queued when it reads MapRegion.
+//
+// A CUDA region sends no fd: MapRegion carries its IPC handle and device,
+// and the stub opens the handle itself. Only the Python stub speaks CUDA.
 func (ss *stubShm) ensureMapped(p *stubProc, r *shmRegion) error {
-	if r.fd == nil {
+	if r.fd == nil && r.cuda == nil {
 		return backendapi.Errorf(backendapi.Unsupported, "shared memory region '%s' cannot be used by a stub process", r.name)
+	}
+	if r.cuda != nil && p.inst.mv.kind != modelconfig.KindPython {
+		return backendapi.Errorf(backendapi.Unsupported, "CUDA shared memory region '%s' cannot be used by model '%s': only Python models read CUDA memory", r.name, p.inst.mv.name)
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -181,10 +189,13 @@ func (ss *stubShm) ensureMapped(p *stubProc, r *shmRegion) error {
 	if ss.life == nil {
 		return p.failure()
 	}
-	if err := sendFD(ss.life, r.fd, r.id); err != nil {
+	msg := &ipc.MapRegionMsg{RegionID: r.id, Offset: r.offset, Size: r.size}
+	if r.cuda != nil {
+		msg.CUDAHandle, msg.DeviceID = r.cuda.handle, r.cuda.device
+	} else if err := sendFD(ss.life, r.fd, r.id); err != nil {
 		return backendapi.Errorf(backendapi.Internal, "failed to hand shared memory region '%s' to stub '%s': %v", r.name, p.inst.name, err)
 	}
-	if err := p.conn.Send(&ipc.MapRegionMsg{RegionID: r.id, Offset: r.offset, Size: r.size}); err != nil {
+	if err := p.conn.Send(msg); err != nil {
 		return p.deathError(err)
 	}
 	if ss.mapped == nil {
@@ -234,8 +245,8 @@ func (ss *stubShm) closeLifeline(p *stubProc) {
 	c.mu.Unlock()
 }
 
-// clientInputs turns inputs in client regions into LocClient descriptors
-// and output requests into targets. It returns the regions it acquired
+// clientTensors turns inputs in client regions into LocClient (system) or
+// LocCUDA descriptors and output requests into targets. It returns the regions it acquired
 // (released when the request ends) or an error with nothing held.
 func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion, err error) {
 	sup := p.inst.mv.sup
@@ -266,7 +277,11 @@ func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion
 			return held, backendapi.Errorf(backendapi.InvalidArg, "input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d",
 				in.Name, p.inst.mv.name, want, in.SharedMemory.ByteSize)
 		}
-		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: ipc.LocClient,
+		loc := uint8(ipc.LocClient)
+		if reg.cuda != nil {
+			loc = ipc.LocCUDA
+		}
+		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: loc,
 			Offset: in.SharedMemory.Offset, Size: in.SharedMemory.ByteSize, RegionID: reg.id}
 	}
 	for _, o := range pr.req.Outputs {

@@ -1,25 +1,88 @@
 package supervisor
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"sync"
 
-// errNoGPU is the reason CUDA regions are refused without a driver.
+	"github.com/stubvisor/stubvisor/supervisor/cuda"
+)
+
+// CUDA shared memory. The supervisor opens each registered handle once,
+// through the CUDA driver bound at run time (package cuda), to check that
+// the client's byte_size fits the allocation behind it, and keeps it open
+// until the region is unregistered and no request uses it, so the memory
+// cannot be freed under a request. The bytes never pass through the
+// supervisor: a stub opens the same handle itself (the handle and device
+// travel in MapRegion) and reads inputs or writes outputs on the device.
+
+// errNoGPU is the reason CUDA regions are refused without a usable driver
+// or device.
 var errNoGPU = errors.New("GPUs not supported")
 
-// cudaRegion is an opened CUDA IPC handle.
-type cudaRegion struct{}
+// errCUDAHandleSize is the reason for a raw handle that is not a
+// cudaIpcMemHandle_t.
+var errCUDAHandleSize = fmt.Errorf("raw handle is not %d bytes", cuda.HandleSize)
 
-// openCUDARegion opens a CUDA IPC handle; without a CUDA driver there is
-// nothing to open.
-func openCUDARegion(rawHandle []byte, deviceID int64, byteSize uint64) (*cudaRegion, error) {
-	return nil, errNoGPU
+var (
+	cudaOnce   sync.Once
+	cudaDrv    *cuda.Driver
+	cudaDrvErr error
+)
+
+// cudaDriver loads the driver on first use; the process keeps it.
+func cudaDriver() (*cuda.Driver, error) {
+	cudaOnce.Do(func() { cudaDrv, cudaDrvErr = cuda.Load() })
+	return cudaDrv, cudaDrvErr
 }
 
-func (c *cudaRegion) close() {}
+// cudaRegion is an opened CUDA IPC handle.
+type cudaRegion struct {
+	m      *cuda.Mapping
+	handle []byte
+	device int64
+}
 
-// cudaReason is the tail of Triton's register error text.
+// openCUDARegion opens rawHandle on device deviceID and checks that
+// byteSize fits the allocation (cuMemGetAddressRange).
+func openCUDARegion(rawHandle []byte, deviceID int64, byteSize uint64) (*cudaRegion, error) {
+	d, err := cudaDriver()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errNoGPU, err)
+	}
+	if len(rawHandle) != cuda.HandleSize {
+		return nil, errCUDAHandleSize
+	}
+	if deviceID < 0 || deviceID >= int64(d.DeviceCount()) {
+		return nil, fmt.Errorf("invalid device id %d (%d CUDA devices): %w", deviceID, d.DeviceCount(), cuda.ErrInvalidDevice)
+	}
+	m, err := d.OpenIPCHandle(int(deviceID), rawHandle)
+	if err != nil {
+		return nil, err
+	}
+	if byteSize > m.Size {
+		_ = m.Close()
+		return nil, fmt.Errorf("byte_size %d is larger than the CUDA allocation (%d bytes): %w", byteSize, m.Size, cuda.ErrOutOfRange)
+	}
+	return &cudaRegion{m: m, handle: append([]byte(nil), rawHandle...), device: deviceID}, nil
+}
+
+func (c *cudaRegion) close() {
+	if c != nil && c.m != nil {
+		_ = c.m.Close()
+	}
+}
+
+// cudaReason is the tail of the register error text: Triton's "GPUs not
+// supported" when there is no driver or device, else what went wrong.
 func cudaReason(err error) string {
-	if errors.Is(err, errNoGPU) {
+	switch {
+	case errors.Is(err, errNoGPU):
 		return "GPUs not supported"
+	case errors.Is(err, errCUDAHandleSize):
+		return "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+	case errors.Is(err, cuda.ErrInvalidHandle), errors.Is(err, cuda.ErrInvalidValue):
+		return "failed to open CUDA IPC handle: " + err.Error()
 	}
 	return err.Error()
 }

@@ -38,6 +38,7 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 from .clientshm import ClientRegions
+from .cuda import CudaRegions
 from .loader import StubError, describe, import_model
 
 _FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -62,6 +63,8 @@ _ARENA0 = ipc.LOC_ARENA0
 _ARENA1 = ipc.LOC_ARENA1
 _NONE = ipc.LOC_NONE
 _CLIENT = ipc.LOC_CLIENT
+_CUDA = ipc.LOC_CUDA
+_BYTES = 13  # backendapi.TypeBytes: always handed to the model in host memory
 _K_MAP_REGION = ipc.KIND_MAP_REGION
 _K_UNMAP_REGION = ipc.KIND_UNMAP_REGION
 _PeerDead = ipc.PeerDead
@@ -166,14 +169,20 @@ class Host:
         self._aloop = None
         self._stop = threading.Event()
         self._shm = ClientRegions()
+        self._cuda = CudaRegions()
+        self.force_cpu = True  # FORCE_CPU_ONLY_INPUT_TENSORS
         self._shm_targets = {}  # request handle -> {output name: (region_id, offset, size)}
         ch_view = channel.view
         shm_view = self._shm.view
+        cuda_read = self._cuda.read
 
         def view(loc, offset, size):
-            # A LOC_CLIENT tensor carries (region_id, offset) as its offset.
+            # A LOC_CLIENT or LOC_CUDA tensor carries (region_id, offset) as
+            # its offset. CUDA memory is read through a host copy.
             if loc == _CLIENT:
                 return shm_view(offset[0], offset[1], size)
+            if loc == _CUDA:
+                return memoryview(cuda_read(offset[0], offset[1], size))
             return ch_view(loc, offset, size)
 
         self._view = view
@@ -194,6 +203,7 @@ class Host:
         Finalize (which exits the process) or the supervisor's death."""
         pb._runtime = self
         pb._view = self._view
+        pb._cuda = self._cuda
         self._send([_K_HELLO, 0, ipc.PROTOCOL_VERSION, os.getpid(),
                     {"python": platform.python_version(), "numpy": np.__version__}])
         threading.Thread(target=self._heartbeat, name="stubvisor-heartbeat", daemon=True).start()
@@ -276,9 +286,13 @@ class Host:
                     if t[3] == _ARENA0 and t[5]:
                         self._pending_free.append(t[4])
         elif kind == _K_MAP_REGION:
-            self._shm.map(msg[2], msg[3], msg[4])
+            if len(msg) > 6 and msg[5] is not None:
+                self._cuda.map(msg[2], msg[3], msg[4], msg[5], msg[6])
+            else:
+                self._shm.map(msg[2], msg[3], msg[4])
         elif kind == _K_UNMAP_REGION:
             self._shm.unmap(msg[2])
+            self._cuda.unmap(msg[2])
         elif kind in _COMMANDS:
             self._commands.append(msg)
             with self._cond:
@@ -423,7 +437,10 @@ class Host:
                           "shared memory size specified with the request for output '%s' (%d bytes) should be "
                           "at least %d bytes to hold the results" % (tensor._name, room, size)]
         if size:
-            self._shm.view(region_id, offset, size)[:] = data
+            if self._cuda.has(region_id):
+                self._cuda.write(region_id, offset, data)
+            else:
+                self._shm.view(region_id, offset, size)[:] = data
         return [tensor._name, tensor._dtype, shape, _CLIENT, offset, size, region_id], None
 
     # ------------------------------------------------------------------
@@ -491,6 +508,7 @@ class Host:
         msg_id, args, options = msg[1], msg[2], msg[3]
         try:
             self.decoupled = bool(options.get("decoupled", False))
+            self.force_cpu = bool(options.get("force_cpu_only_input_tensors", True))
             self.model_name = args.get("model_name", self.instance)
             try:
                 self.model_version = int(args.get("model_version", "-1"))
@@ -566,13 +584,20 @@ class Host:
         new_input = pb._input_tensor
         new_request = pb._incoming_request
         requests = []
+        on_device = None
         for w in msg[2]:
-            inputs = [new_input(t[0], t[1], t[2], t[3], t[4] if t[3] != _CLIENT else (t[6], t[4]), t[5])
+            inputs = [new_input(t[0], t[1], t[2], t[3], t[4] if t[3] < _CLIENT else (t[6], t[4]), t[5])
                       for t in w[4]]
             if len(w) > 8 and w[8]:
                 self._shm_targets[w[0]] = {o[0]: (o[1], o[2], o[3]) for o in w[8]}
+            for t in w[4]:
+                if t[3] == _CUDA:
+                    on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
+                    break
             requests.append(new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7]))
         try:
+            if on_device:
+                self._inputs_to_host(on_device)
             model = self.model
             if model is None:
                 raise StubError("Python model '" + self.instance + "' is not initialized.")
@@ -606,6 +631,21 @@ class Host:
                 self._cancelled.discard(req._handle)
         if self._pending_free:
             self._flush_frees()
+
+    def _inputs_to_host(self, tensors):
+        """Copy inputs in CUDA memory to host memory: all of them when
+        FORCE_CPU_ONLY_INPUT_TENSORS is yes, BYTES ones always (as Triton)."""
+        for t in tensors:
+            if not self.force_cpu and t._dtype != _BYTES:
+                continue
+            _, (region_id, offset), size = t._src
+            data = self._cuda.read(region_id, offset, size)
+            if t._dtype == _BYTES:
+                array = pb.deserialize_bytes_tensor(data).reshape(t._shape)
+            else:
+                array = np.frombuffer(data, dtype=pb._WIRE_DTYPE[t._dtype]).reshape(t._shape)
+            t._np = array
+            t._src = None
 
     def _collect(self, requests, returned):
         """Check what execute returned (Triton's rules and texts) and pair
