@@ -150,6 +150,13 @@ func (b *dynamicBatcher) run() {
 		var offer chan<- *batch
 		var bt *batch
 		if ready {
+			if p := b.mv.freeStub(); p != nil {
+				// A stub has room now: send from here rather than wake
+				// its dispatcher.
+				b.taken(items)
+				p.execute(&batch{items: items})
+				continue
+			}
 			offer = b.mv.queue
 			bt = &batch{items: items}
 		}

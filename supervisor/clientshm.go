@@ -343,9 +343,3 @@ func (pr *pending) setOnEnd(f func()) {
 	pr.mu.Unlock()
 	f()
 }
-
-// errShmTarget builds the error for an output that does not fit its
-// region slot.
-func errShmTarget(name string, have, need uint64) error {
-	return backendapi.Errorf(backendapi.InvalidArg, "shared memory size specified with the request for output '%s' (%d bytes) should be at least %d bytes to hold the results", name, have, need)
-}

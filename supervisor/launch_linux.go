@@ -29,6 +29,7 @@ func newLauncher() *launcher {
 	l := &launcher{reqs: make(chan launchReq)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
+		normalPolicy()         // stubs inherit it (see YieldToStubs)
 		for r := range l.reqs {
 			r.errc <- r.cmd.Start()
 		}

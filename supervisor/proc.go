@@ -76,7 +76,8 @@ type stubProc struct {
 // running and the rest waiting in its ring, so the stub starts the next
 // batch without waiting for the supervisor, which on a busy machine may be
 // slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
-// the stub has not started can no longer grow, so fewer wait there.
+// handed to a stub can no longer grow, so only one waits there while the
+// batcher merges the requests that arrive meanwhile.
 const (
 	pipelineDepth      = 4
 	batchPipelineDepth = 2
@@ -678,10 +679,15 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		if !wantOutput(pr.req, t.Name) {
 			continue
 		}
+		ref := outputRef(pr.req, t.Name)
 		if t.Loc == ipc.LocClient {
 			// Written by the stub straight into the client's region.
-			resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, SharedMemory: outputRef(pr.req, t.Name)})
+			resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, SharedMemory: ref})
 			continue
+		}
+		if ref != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", mv.name, t.Name, ref.Region)
 		}
 		data, err := p.conn.View(t.Loc, t.Offset, t.Size)
 		if err != nil {

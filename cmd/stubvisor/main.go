@@ -157,6 +157,9 @@ func run(c *config) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 
+	if err := supervisor.YieldToStubs(); err != nil {
+		log.Warn("could not lower the supervisor's wakeup priority", "error", err)
+	}
 	sup, err := supervisor.New(c.sup)
 	if err != nil {
 		return err
