@@ -67,6 +67,12 @@ type stubProc struct {
 	reaped   bool // the process is gone and nothing reads the ring any more
 	unmapped bool
 
+	// relOffs are output blocks released but not yet handed back to the
+	// stub (releaseLater); relBytes is their size.
+	relMu    sync.Mutex
+	relOffs  []uint64
+	relBytes uint64
+
 	// shm is the lifeline (fd 4 in the stub) and the client regions the
 	// stub has mapped (clientshm.go).
 	shm stubShm
@@ -704,11 +710,17 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		resp.Outputs = append(resp.Outputs, out)
 	}
 	if len(offs) > 0 {
+		var bytes uint64
+		for _, t := range r.Outputs {
+			if t.Loc == ipc.LocArena1 {
+				bytes += t.Size
+			}
+		}
 		p.mu.Lock()
 		p.refs++
 		p.mu.Unlock()
 		resp.SetRelease(func() {
-			p.release(offs)
+			p.releaseLater(offs, bytes)
 			p.mu.Lock()
 			p.refs--
 			p.mu.Unlock()
@@ -728,6 +740,35 @@ func (p *stubProc) release(offs []uint64) {
 	}
 }
 
+// releaseLater is release for outputs a front end is done with. While the
+// stub has work queued, blocks are handed back in batches (releaseBatch
+// blocks or releaseBatchBytes, or at the next watchdog tick), which spares
+// the stub a message per request; an idle stub gets them at once.
+func (p *stubProc) releaseLater(offs []uint64, bytes uint64) {
+	p.relMu.Lock()
+	p.relOffs = append(p.relOffs, offs...)
+	p.relBytes += bytes
+	flush := len(p.relOffs) >= releaseBatch || p.relBytes >= releaseBatchBytes || !p.busy()
+	p.relMu.Unlock()
+	if flush {
+		p.flushReleases()
+	}
+}
+
+// flushReleases sends the blocks releaseLater held back.
+func (p *stubProc) flushReleases() {
+	p.relMu.Lock()
+	offs := p.relOffs
+	p.relOffs, p.relBytes = nil, 0
+	p.relMu.Unlock()
+	p.release(offs)
+}
+
+const (
+	releaseBatch      = 32
+	releaseBatchBytes = 1 << 20
+)
+
 // watch enforces the heartbeat and execute timeouts while the process lives.
 func (p *stubProc) watch() {
 	sup := p.inst.mv.sup
@@ -740,6 +781,7 @@ func (p *stubProc) watch() {
 			return
 		case now := <-tick.C:
 			p.drainIdle()
+			p.flushReleases()
 			if b := p.conn.PeerHeartbeat(); b != lastBeat {
 				lastBeat, lastChange = b, now
 				p.inst.setHeartbeat(now)
