@@ -67,7 +67,9 @@ type grpcCase struct {
 	name        string
 	concurrency int
 	req         *pb.ModelInferRequest
-	yardstick   bool // also measure the echo service with the same load
+	// versus names the case this one is compared with, measured in the
+	// same rounds; empty means the echo service under the same load.
+	versus string
 }
 
 func fp32Bytes(n int) []byte {
@@ -95,7 +97,8 @@ func addSubRequest(model string, batched bool) *pb.ModelInferRequest {
 
 func runGRPCBench(args []string) error {
 	fs := flag.NewFlagSet("grpc", flag.ContinueOnError)
-	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
+	duration := fs.Duration("duration", 2*time.Second, "measured time per case and round")
+	rounds := fs.Int("rounds", 3, "rounds per case, alternating with what it is compared to; medians are printed")
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
 	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
 	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
@@ -148,40 +151,39 @@ func runGRPCBench(args []string) error {
 	defer stopEcho()
 
 	cases := []grpcCase{
-		{"add_sub-16xFP32-c1", 1, addSubRequest("add_sub", false), true},
-		{"add_sub-16xFP32-c16", 16, addSubRequest("add_sub", false), true},
-		{"add_sub-16xFP32-c16-batched", 16, addSubRequest("add_sub_batched", true), false},
+		{"add_sub-16xFP32-c1", 1, addSubRequest("add_sub", false), ""},
+		{"add_sub-16xFP32-c16", 16, addSubRequest("add_sub", false), ""},
+		{"add_sub-16xFP32-c16-batched", 16, addSubRequest("add_sub_batched", true), "add_sub-16xFP32-c16"},
 		{"identity-4MiB-c1", 1, &pb.ModelInferRequest{
 			ModelName:        "identity_fp32",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1 << 20}}},
 			RawInputContents: [][]byte{fp32Bytes(1 << 20)},
-		}, true},
+		}, ""},
 	}
-	results := map[string]Stats{}
+	byName := map[string]grpcCase{}
+	for _, c := range cases {
+		byName[c.name] = c
+	}
 	for _, c := range cases {
 		if *only != "" && !strings.Contains(c.name, *only) {
 			continue
 		}
-		s, err := loadGRPC(srv.addr, c, *warmup, *duration)
+		other, otherAddr, otherName := c, echoAddr, "yardstick-"+c.name
+		if c.versus != "" {
+			other, otherAddr, otherName = byName[c.versus], srv.addr, c.versus
+		}
+		s, y, ratio, err := alternate(*rounds,
+			func() (Stats, error) { return loadGRPC(srv.addr, c, *warmup, *duration) },
+			func() (Stats, error) { return loadGRPC(otherAddr, other, *warmup, *duration) })
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		results[c.name] = s
 		printGRPC(c.name, s)
-		if c.yardstick {
-			y, err := loadGRPC(echoAddr, c, *warmup, *duration)
-			if err != nil {
-				return fmt.Errorf("yardstick-%s: %w", c.name, err)
-			}
-			results["yardstick-"+c.name] = y
-			printGRPC("yardstick-"+c.name, y)
-			fmt.Printf("grpc ratio %s/yardstick=%.3f\n", c.name, s.PerSecond/y.PerSecond)
+		if c.versus == "" {
+			printGRPC(otherName, y)
+			otherName = "yardstick"
 		}
-	}
-	b, okB := results["add_sub-16xFP32-c16-batched"]
-	u, okU := results["add_sub-16xFP32-c16"]
-	if okB && okU {
-		fmt.Printf("grpc ratio add_sub-16xFP32-c16-batched/add_sub-16xFP32-c16=%.3f\n", b.PerSecond/u.PerSecond)
+		fmt.Printf("grpc ratio %s/%s=%.3f\n", c.name, otherName, ratio)
 	}
 	return nil
 }

@@ -91,7 +91,8 @@ func httpCases() ([]httpCase, error) {
 
 func runHTTPBench(args []string) error {
 	fs := flag.NewFlagSet("http", flag.ContinueOnError)
-	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
+	duration := fs.Duration("duration", 2*time.Second, "measured time per case and round")
+	rounds := fs.Int("rounds", 3, "rounds per case, alternating stubvisor and the yardstick; medians are printed")
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
 	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
 	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
@@ -142,22 +143,20 @@ func runHTTPBench(args []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		s, err := loadHTTP(srv.url(), c, *warmup, *duration)
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		printHTTP(c.name, s)
 		yBase, stopY, err := startHTTPYardstick(canned, cannedHdr)
 		if err != nil {
 			return err
 		}
-		y, err := loadHTTP(yBase, c, *warmup, *duration)
+		s, y, ratio, err := alternate(*rounds,
+			func() (Stats, error) { return loadHTTP(srv.url(), c, *warmup, *duration) },
+			func() (Stats, error) { return loadHTTP(yBase, c, *warmup, *duration) })
 		stopY()
 		if err != nil {
-			return fmt.Errorf("yardstick-%s: %w", c.name, err)
+			return fmt.Errorf("%s: %w", c.name, err)
 		}
+		printHTTP(c.name, s)
 		printHTTP("yardstick-"+c.name, y)
-		fmt.Printf("http ratio %s/yardstick=%.3f\n", c.name, s.PerSecond/y.PerSecond)
+		fmt.Printf("http ratio %s/yardstick=%.3f\n", c.name, ratio)
 	}
 	return nil
 }

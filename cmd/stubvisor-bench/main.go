@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -119,6 +120,32 @@ func summarize(samples []time.Duration, ops int, elapsed time.Duration) Stats {
 		s.P99 = samples[min(n-1, n*99/100)]
 	}
 	return s
+}
+
+// alternate measures a and b in turn, rounds times each, and returns for
+// each the round with the median rate, and the median of the per-round
+// ratios a/b. The machines these run on are noisy: alternating spreads
+// their slow phases over both sides, and medians ignore the outliers.
+func alternate(rounds int, a, b func() (Stats, error)) (sa, sb Stats, ratio float64, err error) {
+	var as, bs []Stats
+	var ratios []float64
+	for range max(rounds, 1) {
+		x, err := a()
+		if err != nil {
+			return sa, sb, 0, err
+		}
+		y, err := b()
+		if err != nil {
+			return sa, sb, 0, err
+		}
+		as, bs = append(as, x), append(bs, y)
+		ratios = append(ratios, x.PerSecond/y.PerSecond)
+	}
+	byRate := func(x, y Stats) int { return cmp.Compare(x.PerSecond, y.PerSecond) }
+	slices.SortFunc(as, byRate)
+	slices.SortFunc(bs, byRate)
+	slices.Sort(ratios)
+	return as[len(as)/2], bs[len(bs)/2], ratios[len(ratios)/2], nil
 }
 
 // printCase prints the one line a case reports.
