@@ -223,7 +223,7 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 }
 
 func appendTensor(b []byte, t *Tensor) []byte {
-	if t.Loc == LocClient || t.Loc == LocCUDA {
+	if t.Loc == LocClient || t.Loc == LocCUDA || t.Loc == LocInline {
 		b = appendArrayLen(b, 7)
 	} else {
 		b = appendArrayLen(b, 6)
@@ -234,8 +234,11 @@ func appendTensor(b []byte, t *Tensor) []byte {
 		b = appendInt(b, d)
 	}
 	b = appendUint(appendUint(appendUint(b, uint64(t.Loc)), t.Offset), t.Size)
-	if t.Loc == LocClient || t.Loc == LocCUDA {
+	switch t.Loc {
+	case LocClient, LocCUDA:
 		b = appendUint(b, t.RegionID)
+	case LocInline:
+		b = appendBin(b, t.Data)
 	}
 	return b
 }
@@ -996,6 +999,20 @@ func (r *reader) tensor(t *Tensor) error {
 	}
 	if t.Size, err = r.uint(math.MaxUint64); err != nil {
 		return err
+	}
+	if t.Loc == LocInline {
+		if n < 7 {
+			return fmt.Errorf("%w: inline tensor without its bytes", errShort)
+		}
+		data, err := r.rawStr()
+		if err != nil {
+			return err
+		}
+		if uint64(len(data)) != t.Size {
+			return fmt.Errorf("%w: inline tensor of %d bytes says size %d", errType, len(data), t.Size)
+		}
+		t.Data = append([]byte{}, data...) // the frame is reused once consumed
+		return r.skip(n - 7)
 	}
 	if n >= 7 {
 		if t.RegionID, err = r.uint(math.MaxUint64); err != nil {

@@ -38,6 +38,34 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 }
 
+func TestInlineTensor(t *testing.T) {
+	enc, dec := NewEncoder(), NewDecoder()
+	small := Tensor{Name: "OUT", DataType: 11, Shape: []int64{2}, Loc: LocInline, Size: 8, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}}
+	b, err := enc.Encode(&ResponseMsg{Response: Response{Handle: 1, Flags: FlagFinal, Outputs: []Tensor{small}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := append([]byte{}, b...)
+	m, err := dec.Decode(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.(*ResponseMsg).Response.Outputs[0]
+	clear(frame) // the ring reuses a frame once it is consumed
+	if !reflect.DeepEqual(got, small) {
+		t.Fatalf("decoded %+v, want %+v (the bytes must be copied out of the frame)", got, small)
+	}
+	lying := small
+	lying.Size = 9
+	b, err = enc.Encode(&ResponseMsg{Response: Response{Handle: 1, Outputs: []Tensor{lying}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dec.Decode(b); !errors.Is(err, ErrProtocol) {
+		t.Fatalf("an inline tensor whose size is not its byte count decoded: %v", err)
+	}
+}
+
 func TestCodecFields(t *testing.T) {
 	msgs := sampleMessages()
 	got := normalized(t, msgs[1]).(*ExecuteMsg)

@@ -322,7 +322,7 @@ func (c *Conn) push(b []byte) error {
 		if r.size-used >= total {
 			break
 		}
-		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}); err != nil {
+		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}, c.spin); err != nil {
 			return fmt.Errorf("ipc: send: %w", err)
 		}
 	}
@@ -353,6 +353,13 @@ func frameBytes(n int) uint64 {
 // no message comes. A frame that does not decode is consumed and reported
 // as ErrProtocol. Concurrent callers take turns.
 func (c *Conn) Recv(deadline time.Time) (Message, error) {
+	return c.RecvSpin(deadline, c.spin)
+}
+
+// RecvSpin is Recv polling for spin, instead of this side's setting,
+// before it sleeps: a caller that knows an answer is due soon, and that
+// nothing else needs the CPU, can wait for it without a system call.
+func (c *Conn) RecvSpin(deadline time.Time, spin time.Duration) (Message, error) {
 	if err := c.begin(); err != nil {
 		return nil, fmt.Errorf("ipc: recv: %w", err)
 	}
@@ -360,7 +367,7 @@ func (c *Conn) Recv(deadline time.Time) (Message, error) {
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
 	var m Message
-	err := c.pop(deadline, func(b []byte) (err error) {
+	err := c.pop(deadline, spin, func(b []byte) (err error) {
 		m, err = c.dec.decode(b)
 		return err
 	})
@@ -372,14 +379,14 @@ func (c *Conn) Recv(deadline time.Time) (Message, error) {
 
 // pop hands the next frame's payload to use, in place in the ring, then
 // consumes the frame; c.recvMu is held.
-func (c *Conn) pop(deadline time.Time, use func([]byte) error) error {
+func (c *Conn) pop(deadline time.Time, spin time.Duration, use func([]byte) error) error {
 	r := &c.in
 	le := binary.LittleEndian
 	head := atomic.LoadUint64(r.head)
 	for {
 		tail := atomic.LoadUint64(r.tail)
 		if tail == head {
-			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline); err != nil {
+			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline, spin); err != nil {
 				return fmt.Errorf("ipc: recv: %w", err)
 			}
 			continue
@@ -420,11 +427,11 @@ func (c *Conn) consumed(r *ring, head uint64) {
 // in flag first (the Dekker handshake the producer completes). Between
 // slices it checks for death and Close, so it returns within a slice of
 // either.
-func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time) error {
+func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, spin time.Duration) error {
 	hasDeadline := !deadline.IsZero()
-	if c.spin > 0 {
+	if spin > 0 {
 		start := time.Now()
-		until := start.Add(c.spin)
+		until := start.Add(spin)
 		if hasDeadline && deadline.Before(until) {
 			until = deadline
 		}

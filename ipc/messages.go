@@ -90,7 +90,15 @@ const (
 	// back as LocClient (the request's output target already names the
 	// region).
 	LocCUDA = 4
+	// LocInline carries the bytes in the message itself, as the tensor's
+	// 7th element (a bin). Writers use it for tensors of at most InlineMax
+	// bytes, where an arena block would cost more than it saves: an
+	// allocation, a view, and a Release round trip to free it.
+	LocInline = 5
 )
+
+// InlineMax is the largest tensor a writer sends as LocInline.
+const InlineMax = 1024
 
 // Response flags.
 const (
@@ -101,7 +109,8 @@ const (
 
 // Tensor describes one tensor whose bytes live in an arena:
 // [name, dtype, shape, loc, offset, size], plus region_id when loc is
-// LocClient or LocCUDA (readers accept 6 or 7 elements).
+// LocClient or LocCUDA, or the bytes when it is LocInline (readers accept
+// 6 or 7 elements).
 type Tensor struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Name     string
@@ -111,6 +120,8 @@ type Tensor struct {
 	Offset   uint64
 	Size     uint64
 	RegionID uint64 `msgpack:",omitempty"`
+	// Data holds a LocInline tensor's bytes (a copy, never the ring).
+	Data []byte `msgpack:",omitempty"`
 }
 
 // OutputTarget asks the stub to write an output straight into a client

@@ -56,7 +56,7 @@ func (s *Supervisor) bls(p *stubProc, m *ipc.InferExecMsg) {
 		req.Parameters = params
 	}
 	for _, t := range m.Request.Inputs {
-		data, err := p.conn.View(t.Loc, t.Offset, t.Size)
+		data, err := p.tensorData(t)
 		if err != nil {
 			fail(backendapi.Errorf(backendapi.InvalidArg, "BLS request input '%s': %v", t.Name, err))
 			return

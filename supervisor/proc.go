@@ -323,7 +323,7 @@ func (p *stubProc) read(done, cancel <-chan struct{}) {
 			return
 		default:
 		}
-		m, err := p.conn.Recv(time.Now().Add(readSlice))
+		m, err := p.conn.RecvSpin(time.Now().Add(readSlice), p.readSpin())
 		if errors.Is(err, ipc.ErrTimeout) {
 			continue
 		}
@@ -334,6 +334,21 @@ func (p *stubProc) read(done, cancel <-chan struct{}) {
 		}
 		p.handle(m)
 	}
+}
+
+// readSpin is how long a reader polls the ring before it sleeps: the
+// stub's own spin while one execute is outstanding, when its answer is the
+// next thing to happen and is usually quicker than a wake-up; none when
+// more are queued, where a polling reader only takes the CPU the stub and
+// the front ends need (measured: c16 throughput fell by a third).
+func (p *stubProc) readSpin() time.Duration {
+	p.mu.Lock()
+	n := len(p.batches)
+	p.mu.Unlock()
+	if n == 1 {
+		return p.inst.mv.sup.opts.IPC.Spin
+	}
+	return 0
 }
 
 // drain handles the messages already queued on the ring; the caller holds
@@ -695,7 +710,7 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 			p.release(offs)
 			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", mv.name, t.Name, ref.Region)
 		}
-		data, err := p.conn.View(t.Loc, t.Offset, t.Size)
+		data, err := p.tensorData(t)
 		if err != nil {
 			p.release(offs)
 			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
@@ -728,6 +743,15 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		})
 	}
 	return resp, nil
+}
+
+// tensorData returns the bytes of a tensor the stub sent: in the message,
+// or in place in an arena.
+func (p *stubProc) tensorData(t ipc.Tensor) ([]byte, error) {
+	if t.Loc == ipc.LocInline {
+		return t.Data, nil
+	}
+	return p.conn.View(t.Loc, t.Offset, t.Size)
 }
 
 // release tells the stub it may reuse output blocks.

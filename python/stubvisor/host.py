@@ -63,6 +63,8 @@ _ARENA0 = ipc.LOC_ARENA0
 _ARENA1 = ipc.LOC_ARENA1
 _NONE = ipc.LOC_NONE
 _CLIENT = ipc.LOC_CLIENT
+_INLINE = ipc.LOC_INLINE
+_INLINE_MAX = ipc.INLINE_MAX
 _CUDA = ipc.LOC_CUDA
 _BYTES = 13  # backendapi.TypeBytes: always handed to the model in host memory
 _K_MAP_REGION = ipc.KIND_MAP_REGION
@@ -385,10 +387,13 @@ class Host:
         self._send([_K_FREE, 0, offsets])
 
     def _write_tensor(self, tensor):
-        """Copy a tensor into arena 1 and return its wire descriptor."""
+        """Copy a tensor into arena 1, or into the message when it is
+        small, and return its wire descriptor."""
         data, size, shape = tensor._payload()
         if size == 0:
             return [tensor._name, tensor._dtype, shape, _NONE, 0, 0]
+        if size <= _INLINE_MAX:
+            return [tensor._name, tensor._dtype, shape, _INLINE, 0, size, bytes(data)]
         off = self.ch.alloc(size)
         self._owned.add(off)
         self._view(_ARENA1, off, size)[:] = data

@@ -98,6 +98,8 @@ LOC_ARENA1 = 1
 LOC_NONE = 2
 LOC_CLIENT = 3  # a client's shared-memory region; the tensor's 7th element is its region id
 LOC_CUDA = 4  # a client's CUDA region (inputs); the tensor's 7th element is its region id
+LOC_INLINE = 5  # the bytes travel in the message as the tensor's 7th element
+INLINE_MAX = 1024  # the largest tensor sent inline
 
 FLAG_FINAL = 1
 

@@ -133,7 +133,10 @@ class Stub:
         """The value of a wire tensor the stub sent: numpy array, or a list
         of bytes for BYTES."""
         name, dtype, shape, loc, off, size = t[:6]
-        buf = bytes(self.sup.view(loc, off, size)) if size else b""
+        if loc == ipc.LOC_INLINE:
+            buf = t[6]
+        else:
+            buf = bytes(self.sup.view(loc, off, size)) if size else b""
         if dtype == 13:
             return deserialize_bytes(buf)
         return np.frombuffer(buf, NP[dtype]).reshape(shape)
@@ -171,7 +174,7 @@ class Stub:
         return batch_id
 
     def release(self, response):
-        offsets = [t[4] for t in response[3] if t[5]]
+        offsets = [t[4] for t in response[3] if t[5] and t[3] == ipc.LOC_ARENA1]
         if offsets:
             self.sup.send([K.KIND_RELEASE, 0, offsets])
 

@@ -122,12 +122,21 @@ class ExecuteTest(StubTest):
             self.assertEqual(resp[1], FINAL)
             self.assertIsNone(resp[2])
             outs = {t[0]: t for t in resp[3]}
-            self.assertEqual(outs["OUTPUT0"][3], ipc.LOC_ARENA1)
+            # 16 bytes travel in the message: no block to allocate or release.
+            self.assertEqual(outs["OUTPUT0"][3], ipc.LOC_INLINE)
             np.testing.assert_array_equal(stub.read(outs["OUTPUT0"]), x + y)
             np.testing.assert_array_equal(stub.read(outs["OUTPUT1"]), x - y)
+        self.assertEqual(stub.stub_in_use(), 0)
+
+    def test_large_outputs_go_to_the_arena(self):
+        stub = self.loaded("identity_fp32")
+        big = np.arange(ipc.INLINE_MAX // 4 + 1, dtype=np.float32)  # one element past inline
+        stub.execute([stub.request(1, [stub.tensor("INPUT0", 11, big)])])
+        resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+        self.assertEqual(resp[3][0][3], ipc.LOC_ARENA1)
+        np.testing.assert_array_equal(stub.read(resp[3][0]), big)
         self.assertGreater(stub.stub_in_use(), 0)
-        for resp in done[3]:
-            stub.release(resp)
+        stub.release(resp)
         stub.wait_stub_in_use(0)
 
     def test_requested_outputs_pruned(self):
@@ -371,8 +380,7 @@ class BLSTest(StubTest):
         self.assertEqual((kind, model, version, decoupled), (K.KIND_INFER_EXEC, "add_sub", -1, False))
         self.assertEqual(json.loads(request[6]), {"origin": "bls_caller"})
         ins = {t[0]: stub.read(t) for t in request[4]}
-        self.assertTrue(all(t[3] == ipc.LOC_ARENA1 for t in request[4]))
-        stub.sup.send([K.KIND_RELEASE, 0, [t[4] for t in request[4]]])
+        self.assertTrue(all(t[3] == ipc.LOC_INLINE for t in request[4]))
         if error:
             stub.sup.send([K.KIND_INFER_RESULT, call_id, [call_id, FINAL, error, [], ""]])
             return []
@@ -434,7 +442,7 @@ class BLSTest(StubTest):
 class MemoryTest(StubTest):
     def test_release_of_unknown_offset_is_ignored(self):
         stub = self.loaded("identity_fp32")
-        stub.execute([stub.request(1, [stub.tensor("INPUT0", 11, np.ones(16, np.float32))])])
+        stub.execute([stub.request(1, [stub.tensor("INPUT0", 11, np.ones(512, np.float32))])])
         resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
         in_use = stub.stub_in_use()
         stub.sup.send([K.KIND_RELEASE, 0, [resp[3][0][4] + 4096, 123456]])
@@ -448,11 +456,11 @@ class MemoryTest(StubTest):
 
     def test_many_executes_do_not_leak(self):
         stub = self.loaded("identity_fp32")
-        data = stub.tensor("INPUT0", 11, np.arange(16, dtype=np.float32))
+        data = stub.tensor("INPUT0", 11, np.arange(512, dtype=np.float32))
         for i in range(200):
             stub.execute([stub.request(i, [data])])
             resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
-            np.testing.assert_array_equal(stub.read(resp[3][0]), np.arange(16, dtype=np.float32))
+            np.testing.assert_array_equal(stub.read(resp[3][0]), np.arange(512, dtype=np.float32))
             stub.release(resp)
         stub.wait_stub_in_use(0)
 
