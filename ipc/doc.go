@@ -94,7 +94,10 @@
 //	[name str, dtype int (backendapi.DataType), shape [int], loc int, offset int, size int]
 //
 // where loc is LocArena0 (supervisor arena), LocArena1 (stub arena),
-// LocNone (zero bytes); offset is relative to the arena start (LocClient
+// LocNone (zero bytes) or LocInline (the bytes themselves follow as a 7th
+// element: writers use it for tensors of at most InlineMax bytes, for which
+// an arena block costs more than the copy); offset is relative to the arena
+// start (LocClient
 // and LocCUDA, client shared memory and client CUDA memory, and their extra
 // element are described in messages.go). The messages, by
 // kind, are defined in messages.go; the Go codec (codec.go) is written by
