@@ -1,11 +1,15 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 )
@@ -83,5 +87,44 @@ func TestLeaderThatGivesUpHandsOverTheRing(t *testing.T) {
 	resp.Release()
 	if err := <-first; backendapi.CodeOf(err) != backendapi.Cancelled {
 		t.Fatalf("first request: %v, want CANCELLED", err)
+	}
+}
+
+// syncWriter collects log output for a test.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *syncWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(b)
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func TestStubLogsWhileNobodyWaits(t *testing.T) {
+	logs := &syncWriter{}
+	s := logSupervisor(t, hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs}), "log_later")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := s.Infer(ctx, &backendapi.InferRequest{ModelName: "log_later", Inputs: []backendapi.InputTensor{{
+		Name: "IN", DataType: backendapi.TypeInt32, Shape: []int64{1}, Data: binary.LittleEndian.AppendUint32(nil, 7)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Release()
+	// The line is written after the answer, so only the watchdog's drain
+	// can read it.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "log_later: after 7"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stub's late log line never appeared; log:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the log, bounded above
 	}
 }

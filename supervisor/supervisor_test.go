@@ -37,6 +37,12 @@ func requirePython(t *testing.T) {
 // supervisor that loads all of them.
 func newSupervisor(t *testing.T, models ...string) *Supervisor {
 	t.Helper()
+	return logSupervisor(t, hclog.New(&hclog.LoggerOptions{Level: hclog.LevelFromString(os.Getenv("STUBVISOR_TEST_LOG")), Output: testWriter{t}}), models...)
+}
+
+// logSupervisor is newSupervisor logging to log.
+func logSupervisor(t *testing.T, log hclog.Logger, models ...string) *Supervisor {
+	t.Helper()
 	requirePython(t)
 	repo := t.TempDir()
 	for _, m := range models {
@@ -49,7 +55,7 @@ func newSupervisor(t *testing.T, models ...string) *Supervisor {
 	opts.Repositories = []string{repo}
 	opts.CacheDir = t.TempDir()
 	opts.RestartBackoff = 20 * time.Millisecond
-	opts.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.LevelFromString(os.Getenv("STUBVISOR_TEST_LOG")), Output: testWriter{t}})
+	opts.Logger = log
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
