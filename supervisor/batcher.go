@@ -158,7 +158,9 @@ func (b *dynamicBatcher) run() {
 				continue
 			}
 			offer = b.mv.queue
-			bt = &batch{items: items}
+			// The batch gets its own slice: whoever takes it filters it in
+			// place while taken below still reads items.
+			bt = &batch{items: slices.Clone(items)}
 		}
 		var tc <-chan time.Time
 		if !next.IsZero() {
