@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-python vet deps proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
+.PHONY: all build run test test-go test-race test-python vet deps proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
 
 all: build
 
@@ -32,10 +32,14 @@ run: deps build
 vet:
 	$(GO) vet ./...
 
-test: deps vet test-python test-go
+test: deps vet test-python test-go test-race
 
 test-go: build
 	$(GO) test -count=1 -timeout 20m ./...
+
+# The concurrent core once more under the race detector.
+test-race:
+	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/...
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python
