@@ -95,8 +95,8 @@
 //
 // where loc is LocArena0 (supervisor arena), LocArena1 (stub arena),
 // LocNone (zero bytes) or LocInline (the bytes themselves follow as a 7th
-// element: writers use it for tensors of at most InlineMax bytes, for which
-// an arena block costs more than the copy); offset is relative to the arena
+// element: stubs send tensors of at most InlineMax bytes so, for which an
+// arena block costs more than the copy); offset is relative to the arena
 // start (LocClient
 // and LocCUDA, client shared memory and client CUDA memory, and their extra
 // element are described in messages.go). The messages, by

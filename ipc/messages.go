@@ -91,9 +91,10 @@ const (
 	// region).
 	LocCUDA = 4
 	// LocInline carries the bytes in the message itself, as the tensor's
-	// 7th element (a bin). Writers use it for tensors of at most InlineMax
-	// bytes, where an arena block would cost more than it saves: an
-	// allocation, a view, and a Release round trip to free it.
+	// 7th element (a bin). Stubs use it for outputs and BLS inputs of at
+	// most InlineMax bytes, where an arena block would cost more than it
+	// saves: an allocation, a view, and a Release round trip to free it.
+	// Only the supervisor reads it; it sends inputs in its arena.
 	LocInline = 5
 )
 
