@@ -53,6 +53,10 @@ type Backend interface {
 	// Stubs returns the supervisor's view of every stub of one model, or of
 	// every model when model is "".
 	Stubs(ctx context.Context, model string) ([]ModelStubs, error)
+	// CustomMetrics returns the metric families models define
+	// (pb_utils.MetricFamily), with the series of all their stubs merged.
+	// Stubs that do not answer before ctx ends are left out.
+	CustomMetrics(ctx context.Context) ([]MetricFamily, error)
 
 	// Client shared memory (system and CUDA); see the shared memory
 	// extension. Register and unregister fail with Unsupported when the
@@ -265,6 +269,35 @@ type StubStatus struct {
 	PoolHighWater uint64        `json:"pool_bytes_high_water"`
 	Uptime        time.Duration `json:"-"`
 	Executions    uint64        `json:"executions"`
+}
+
+// MetricKind is the kind of a custom metric family.
+type MetricKind int
+
+// The kinds of pb_utils.MetricFamily, with its values.
+const (
+	MetricCounter   MetricKind = 0
+	MetricGauge     MetricKind = 1
+	MetricHistogram MetricKind = 2
+)
+
+// MetricFamily is a custom metric family a model defines.
+type MetricFamily struct {
+	Name, Description string
+	Kind              MetricKind
+	Metrics           []Metric
+}
+
+// Metric is one labelled series of a MetricFamily. Counters and gauges
+// carry Value; histograms carry Buckets (upper bounds, ascending), Counts
+// (cumulative, one per bucket), Sum and Count.
+type Metric struct {
+	Labels  map[string]string
+	Value   float64
+	Buckets []float64
+	Counts  []uint64
+	Sum     float64
+	Count   uint64
 }
 
 // ModelStubs groups the stubs of one model version.

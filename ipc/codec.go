@@ -97,6 +97,8 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 		return appendHead(b, 2, KindCancel, m.Handle), nil
 	case *IsReadyMsg:
 		return appendHead(b, 2, KindIsReady, m.ID), nil
+	case *CollectMetricsMsg:
+		return appendHead(b, 2, KindCollectMetrics, m.ID), nil
 	case *AutoCompleteMsg:
 		b = appendHead(b, 4, KindAutoComplete, m.ID)
 		if b, err = e.appendAny(b, m.Options); err != nil {
@@ -430,6 +432,8 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 		want, m = 2, &CancelMsg{Handle: id}
 	case KindIsReady:
 		want, m = 2, &IsReadyMsg{ID: id}
+	case KindCollectMetrics:
+		want, m = 2, &CollectMetricsMsg{ID: id}
 	case KindAutoComplete:
 		want = 4
 		if n >= want {

@@ -42,6 +42,7 @@ func sampleMessages() []Message {
 		&ReleaseMsg{Offsets: []uint64{0, 64, 1 << 40}},
 		&CancelMsg{Handle: 1<<64 - 1},
 		&IsReadyMsg{ID: 4},
+		&CollectMetricsMsg{ID: 12},
 		&AutoCompleteMsg{ID: 5, Options: map[string]any{"model_file": "model.py"}, ConfigJSON: `{"name":"m"}`},
 		&InferResultMsg{ID: 6, Response: resp},
 		&HelloMsg{Version: ProtocolVersion, PID: 12345, Info: map[string]string{"python": "3.11"}},

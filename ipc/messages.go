@@ -27,6 +27,13 @@ type Kind uint8
 //	             64-byte cudaIpcMemHandle_t on the device when a tensor
 //	             first uses it; tensors with loc LocCUDA name it by region_id
 //	UnmapRegion  [10, 0, region_id]    no request uses the region any more
+//	CollectMetrics [11, id]            -> Result(value [family...]) the model's
+//	             custom metrics (pb_utils.MetricFamily), read at a scrape:
+//	             family = [name, description, kind (0 counter, 1 gauge,
+//	             2 histogram), [metric...]], metric = [labels {str: str},
+//	             value, buckets [float] or nil, cumulative counts [int] or nil
+//	             (one per bucket, then +Inf), sum, count]. A reader thread
+//	             answers, not the model's: it comes even during a long execute.
 //
 // Stub -> supervisor messages.
 //
@@ -54,16 +61,17 @@ type Kind uint8
 // "decoupled" (bool), "force_cpu_only_input_tensors" (bool). AutoComplete
 // options: "model_file". Unknown options are ignored.
 const (
-	KindInitialize   Kind = 1
-	KindExecute      Kind = 2
-	KindFinalize     Kind = 3
-	KindRelease      Kind = 4
-	KindCancel       Kind = 5
-	KindIsReady      Kind = 6
-	KindAutoComplete Kind = 7
-	KindInferResult  Kind = 8
-	KindMapRegion    Kind = 9
-	KindUnmapRegion  Kind = 10
+	KindInitialize     Kind = 1
+	KindExecute        Kind = 2
+	KindFinalize       Kind = 3
+	KindRelease        Kind = 4
+	KindCancel         Kind = 5
+	KindIsReady        Kind = 6
+	KindAutoComplete   Kind = 7
+	KindInferResult    Kind = 8
+	KindMapRegion      Kind = 9
+	KindUnmapRegion    Kind = 10
+	KindCollectMetrics Kind = 11
 
 	KindHello       Kind = 64
 	KindResult      Kind = 65
@@ -204,6 +212,9 @@ type CancelMsg struct{ Handle uint64 }
 // IsReadyMsg is [6, id].
 type IsReadyMsg struct{ ID uint64 }
 
+// CollectMetricsMsg is [11, id].
+type CollectMetricsMsg struct{ ID uint64 }
+
 // AutoCompleteMsg is [7, id, options, config_json].
 type AutoCompleteMsg struct {
 	ID         uint64
@@ -277,20 +288,22 @@ type InferExecMsg struct {
 // FreeMsg is [70, 0, [offset...]]: arena 0 blocks the stub no longer reads.
 type FreeMsg struct{ Offsets []uint64 }
 
-func (*InitializeMsg) Kind() Kind   { return KindInitialize }
-func (*ExecuteMsg) Kind() Kind      { return KindExecute }
-func (*FinalizeMsg) Kind() Kind     { return KindFinalize }
-func (*ReleaseMsg) Kind() Kind      { return KindRelease }
-func (*CancelMsg) Kind() Kind       { return KindCancel }
-func (*IsReadyMsg) Kind() Kind      { return KindIsReady }
-func (*AutoCompleteMsg) Kind() Kind { return KindAutoComplete }
-func (*InferResultMsg) Kind() Kind  { return KindInferResult }
-func (*MapRegionMsg) Kind() Kind    { return KindMapRegion }
-func (*UnmapRegionMsg) Kind() Kind  { return KindUnmapRegion }
-func (*HelloMsg) Kind() Kind        { return KindHello }
-func (*ResultMsg) Kind() Kind       { return KindResult }
-func (*ResponseMsg) Kind() Kind     { return KindResponse }
-func (*ExecuteDoneMsg) Kind() Kind  { return KindExecuteDone }
-func (*LogMsg) Kind() Kind          { return KindLog }
-func (*InferExecMsg) Kind() Kind    { return KindInferExec }
-func (*FreeMsg) Kind() Kind         { return KindFree }
+func (*InitializeMsg) Kind() Kind { return KindInitialize }
+func (*ExecuteMsg) Kind() Kind    { return KindExecute }
+func (*FinalizeMsg) Kind() Kind   { return KindFinalize }
+func (*ReleaseMsg) Kind() Kind    { return KindRelease }
+func (*CancelMsg) Kind() Kind     { return KindCancel }
+func (*IsReadyMsg) Kind() Kind    { return KindIsReady }
+
+func (*CollectMetricsMsg) Kind() Kind { return KindCollectMetrics }
+func (*AutoCompleteMsg) Kind() Kind   { return KindAutoComplete }
+func (*InferResultMsg) Kind() Kind    { return KindInferResult }
+func (*MapRegionMsg) Kind() Kind      { return KindMapRegion }
+func (*UnmapRegionMsg) Kind() Kind    { return KindUnmapRegion }
+func (*HelloMsg) Kind() Kind          { return KindHello }
+func (*ResultMsg) Kind() Kind         { return KindResult }
+func (*ResponseMsg) Kind() Kind       { return KindResponse }
+func (*ExecuteDoneMsg) Kind() Kind    { return KindExecuteDone }
+func (*LogMsg) Kind() Kind            { return KindLog }
+func (*InferExecMsg) Kind() Kind      { return KindInferExec }
+func (*FreeMsg) Kind() Kind           { return KindFree }

@@ -1231,10 +1231,11 @@ def _log(level, message, frame):
 
 
 # ---------------------------------------------------------------------------
-# Custom metrics. The values live in this process: the stub protocol has no
-# metrics messages yet, so they are not exported on /metrics, but the API
-# behaves as Triton's does (shared families and label sets, kind rules,
-# lifetime errors).
+# Custom metrics. The values live in this process, so an update costs no
+# message (in Triton each is a round trip to the server); the supervisor
+# collects them when /metrics is scraped (_collect_metrics). The API behaves
+# as Triton's does: shared families and label sets, kind rules, lifetime
+# errors.
 
 
 class MetricKind(enum.IntEnum):
@@ -1276,6 +1277,20 @@ _METRIC_DELETED_TEXT = (
     "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. "
     "The 'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have been deleted."
 )
+
+
+def _collect_metrics():
+    """Every family and its label sets, in the wire form of the
+    CollectMetrics reply (ipc/messages.go)."""
+    with _metrics_lock:
+        out = []
+        for state in _metric_families.values():
+            metrics = []
+            for key, cell in state.cells.items():
+                metrics.append([json.loads(key), cell.value, cell.buckets,
+                                list(cell.counts) if cell.counts is not None else None, cell.sum, cell.count])
+            out.append([state.name, state.description, int(state.kind), metrics])
+        return out
 
 
 class MetricFamily:

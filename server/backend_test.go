@@ -32,6 +32,7 @@ type testBackend struct {
 	allowShm  bool
 	stats     []backendapi.ModelStatistics
 	stubs     []backendapi.ModelStubs
+	custom    []backendapi.MetricFamily
 	respond   func(*backendapi.InferResponse) // adjusts responses, when set
 	responses atomic.Int64
 	released  atomic.Int64
@@ -306,6 +307,12 @@ func (b *testBackend) UnloadModel(_ context.Context, name string, dependents boo
 	defer b.mu.Unlock()
 	b.unloads = append(b.unloads, unloadCall{name, dependents})
 	return nil
+}
+
+func (b *testBackend) CustomMetrics(context.Context) ([]backendapi.MetricFamily, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.custom, nil
 }
 
 func (b *testBackend) Stubs(_ context.Context, model string) ([]backendapi.ModelStubs, error) {

@@ -690,6 +690,16 @@ func TestMetrics(t *testing.T) {
 	ts.b.stubs = sampleStubs()
 	// A duplicate must not break the scrape.
 	ts.b.stubs = append(ts.b.stubs, ts.b.stubs[0])
+	ts.b.custom = []backendapi.MetricFamily{
+		{Name: "requests_seen", Description: "Requests a model counted", Kind: backendapi.MetricCounter,
+			Metrics: []backendapi.Metric{{Labels: map[string]string{"route": "a"}, Value: 3}, {Labels: map[string]string{"route": "b"}, Value: 4}}},
+		{Name: "temperature", Description: "A gauge", Kind: backendapi.MetricGauge, Metrics: []backendapi.Metric{{Value: 21.5}}},
+		{Name: "latency_seconds", Description: "A histogram", Kind: backendapi.MetricHistogram,
+			Metrics: []backendapi.Metric{{Buckets: []float64{0.1, 1}, Counts: []uint64{2, 5}, Sum: 3.5, Count: 6}}},
+		// Neither a reserved prefix nor an invalid name breaks the scrape.
+		{Name: "nv_inference_count", Kind: backendapi.MetricGauge, Metrics: []backendapi.Metric{{Value: 1}}},
+		{Name: "bad name", Kind: backendapi.MetricGauge, Metrics: []backendapi.Metric{{Value: 1}}},
+	}
 	r := ts.doURL(t, "GET", ts.metrics+"/metrics", nil, nil)
 	if r.status != 200 {
 		t.Fatalf("scrape: %d %s", r.status, r.body)
@@ -715,6 +725,19 @@ func TestMetrics(t *testing.T) {
 		`stubvisor_stub_executions_total{instance="add_sub_0_0",model="add_sub",version="1"} 77`,
 		"# TYPE nv_inference_request_success counter",
 		"go_goroutines ",
+		"# HELP requests_seen Requests a model counted",
+		"# TYPE requests_seen counter",
+		`requests_seen{route="a"} 3`,
+		`requests_seen{route="b"} 4`,
+		"# TYPE temperature gauge",
+		"temperature 21.5",
+		"# TYPE latency_seconds histogram",
+		`latency_seconds_bucket{le="0.1"} 2`,
+		`latency_seconds_bucket{le="1"} 5`,
+		`latency_seconds_bucket{le="+Inf"} 6`,
+		"latency_seconds_sum 3.5",
+		"latency_seconds_count 6",
+		"# TYPE nv_inference_count counter",
 	} {
 		if !strings.Contains(text, line) {
 			t.Errorf("scrape lacks %q", line)

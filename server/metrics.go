@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -167,12 +170,66 @@ func collectStubs(ch chan<- prometheus.Metric, models []backendapi.ModelStubs) {
 	}
 }
 
-// newMetricsHandler serves the collector, plus the Go runtime and process
+// customCollector exports the metric families models define
+// (pb_utils.MetricFamily). It describes nothing up front, since models
+// create families as they run, which makes it an unchecked collector.
+type customCollector struct {
+	backend backendapi.Backend
+	timeout time.Duration
+	log     hclog.Logger
+}
+
+func (customCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c customCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	fams, err := c.backend.CustomMetrics(ctx)
+	if err != nil {
+		c.log.Warn("metrics: reading custom metrics failed", "error", err)
+		return
+	}
+	for _, f := range fams {
+		if strings.HasPrefix(f.Name, "nv_") || strings.HasPrefix(f.Name, "stubvisor_") {
+			c.log.Warn("metrics: a model's metric family uses a reserved prefix; not exported", "family", f.Name)
+			continue
+		}
+		for _, m := range f.Metrics {
+			names := slices.Sorted(maps.Keys(m.Labels))
+			values := make([]string, len(names))
+			for i, n := range names {
+				values[i] = m.Labels[n]
+			}
+			desc := prometheus.NewDesc(f.Name, f.Description, names, nil)
+			var metric prometheus.Metric
+			switch f.Kind {
+			case backendapi.MetricCounter:
+				metric, err = prometheus.NewConstMetric(desc, prometheus.CounterValue, m.Value, values...)
+			case backendapi.MetricGauge:
+				metric, err = prometheus.NewConstMetric(desc, prometheus.GaugeValue, m.Value, values...)
+			default:
+				buckets := make(map[float64]uint64, len(m.Buckets))
+				for i, b := range m.Buckets {
+					buckets[b] = m.Counts[i]
+				}
+				metric, err = prometheus.NewConstHistogram(desc, m.Count, m.Sum, buckets, values...)
+			}
+			if err != nil {
+				c.log.Warn("metrics: a model's metric cannot be exported", "family", f.Name, "error", err)
+				continue
+			}
+			ch <- metric
+		}
+	}
+}
+
+// newMetricsHandler serves the collectors, plus the Go runtime and process
 // collectors, at /metrics in Prometheus text form.
 func newMetricsHandler(backend backendapi.Backend, timeout time.Duration, log hclog.Logger) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(backend, timeout, log),
+		customCollector{backend: backend, timeout: timeout, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

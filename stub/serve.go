@@ -238,6 +238,8 @@ func (h *host) dispatch(m ipc.Message) {
 		}
 	case *ipc.UnmapRegionMsg:
 		h.shm.unmap(m.RegionID)
+	case *ipc.CollectMetricsMsg:
+		h.send(&ipc.ResultMsg{ID: m.ID, Value: []any{}}) // Go models define no custom metrics
 	case *ipc.InferResultMsg:
 		// Go models make no BLS calls: hand back what a result holds.
 		var offs []uint64

@@ -69,6 +69,7 @@ _CUDA = ipc.LOC_CUDA
 _BYTES = 13  # backendapi.TypeBytes: always handed to the model in host memory
 _K_MAP_REGION = ipc.KIND_MAP_REGION
 _K_UNMAP_REGION = ipc.KIND_UNMAP_REGION
+_K_COLLECT_METRICS = ipc.KIND_COLLECT_METRICS
 _PeerDead = ipc.PeerDead
 _PoolExhausted = ipc.PoolExhausted
 
@@ -226,6 +227,9 @@ class Host:
             try:
                 self.ch.beat()
                 self._flush_frees()
+                # While execute runs, nobody else may be reading: answer
+                # metric scrapes and take releases now and then.
+                self._drain()
             except _PeerDead:
                 _exit_now(1)
             if os.getppid() != parent:
@@ -295,6 +299,8 @@ class Host:
         elif kind == _K_UNMAP_REGION:
             self._shm.unmap(msg[2])
             self._cuda.unmap(msg[2])
+        elif kind == _K_COLLECT_METRICS:
+            self._reply(msg[1], None, pb._collect_metrics())
         elif kind in _COMMANDS:
             self._commands.append(msg)
             with self._cond:

@@ -86,6 +86,24 @@ class LifecycleTest(StubTest):
         self.assertEqual(stub.finalize(), 0)
         self.assertIn("add_sub: finalize", [log[3] for log in stub.logs])
 
+    def test_collect_metrics(self):
+        stub = self.loaded("custom_metrics")
+        for i, v in enumerate((5.0, 50.0)):
+            stub.execute([stub.request(i, [stub.tensor("IN", 11, np.array([v], np.float32))])])
+            stub.release(stub.expect(K.KIND_EXECUTE_DONE)[3][0])
+        msg_id = stub.new_id()
+        stub.sup.send([K.KIND_COLLECT_METRICS, msg_id])
+        kind, got_id, error, families = stub.expect(K.KIND_RESULT)
+        self.assertEqual((got_id, error), (msg_id, None))
+        by_name = {f[0]: f for f in families}
+        labels = {"model": "custom_metrics"}
+        self.assertEqual(by_name["custom_requests_total"][2], 0)
+        self.assertEqual(by_name["custom_requests_total"][3], [[labels, 2.0, None, None, 0.0, 0]])
+        self.assertEqual(by_name["custom_last_in"][3][0][1], 50.0)
+        name, description, kind, metrics = by_name["custom_in"]
+        self.assertEqual((description, kind), ("IN values", 2))
+        self.assertEqual(metrics, [[labels, 0.0, [1.0, 10.0, 100.0], [0, 1, 2, 2], 55.0, 2]])
+
     def test_exits_when_supervisor_marks_region_dead(self):
         stub = self.loaded("add_sub", config=ADD_SUB_CONFIG)
         stub.sup.mark_dead()
