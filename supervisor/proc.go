@@ -104,7 +104,7 @@ var errStubExited = errors.New("stub exited")
 
 // spawn starts a stub process for inst and completes the handshake: the
 // stub's Hello, with the protocol version checked, within the start
-// timeout. It returns with the receiver running and nothing initialised.
+// timeout. It returns with the watchdog running and nothing initialised.
 func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	sup := inst.mv.sup
 	conn, err := ipc.Create("stubvisor:"+inst.name, sup.opts.IPC)
