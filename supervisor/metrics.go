@@ -33,9 +33,11 @@ func (s *Supervisor) CustomMetrics(ctx context.Context) ([]backendapi.MetricFami
 		}
 	}
 	s.mu.RUnlock()
-	timeout := time.Second
+	// A stub answers within its heartbeat period even in a long execute; a
+	// stuck one must not hold the scrape for long.
+	timeout := collectTimeout
 	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
+		timeout = min(timeout, time.Until(d))
 	}
 	if timeout <= 0 {
 		return nil, ctx.Err()
@@ -69,6 +71,9 @@ func (s *Supervisor) CustomMetrics(ctx context.Context) ([]backendapi.MetricFami
 	wg.Wait()
 	return all.families(), nil
 }
+
+// collectTimeout bounds one stub's answer to CollectMetrics.
+const collectTimeout = time.Second
 
 // metricMerger adds up the series of several stubs.
 type metricMerger struct {
