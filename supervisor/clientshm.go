@@ -129,6 +129,14 @@ func (c *clientShm) acquire(ref *backendapi.SharedMemoryRef) (*shmRegion, error)
 	if ref.ByteSize > r.size-ref.Offset {
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid offset + byte size for shared memory region: '%s'", ref.Region)
 	}
+	// The client may have shrunk the object since it registered it; a stub
+	// touching the missing pages would die of SIGBUS. (It can still shrink
+	// it while a request runs; the stub is then restarted like any crash.)
+	if r.fd != nil {
+		if fi, err := r.fd.Stat(); err != nil || fi.Size() < int64(r.offset+r.size) {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "shared memory region '%s' is smaller than when it was registered: its object '%s' no longer holds %d bytes at offset %d", ref.Region, r.key, r.size, r.offset)
+		}
+	}
 	r.refs++
 	return r, nil
 }

@@ -318,6 +318,26 @@ func TestSharedMemoryHTTP(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("object shrunk after registration", func(t *testing.T) {
+		r := newClientRegion(t, "shrunk", 4096)
+		if code, body := register("shrunk", r.key, 1024, 1024); code != 200 {
+			t.Fatalf("register: %d %s", code, body)
+		}
+		t.Cleanup(func() { unregister("shrunk") })
+		if err := unix.Truncate("/dev/shm"+r.key, 1500); err != nil {
+			t.Fatal(err)
+		}
+		req := map[string]any{"inputs": []any{map[string]any{"name": "INPUT0", "datatype": "FP32", "shape": []int{4}, "parameters": shmParams("shrunk", 0, 16)}}}
+		code, body := s.postJSON("/v2/models/identity_fp32/infer", req)
+		if want := "shared memory region 'shrunk' is smaller than when it was registered"; code != 400 || !strings.Contains(string(body), want) {
+			t.Fatalf("infer on a shrunk object: %d %s, want 400 %q", code, body, want)
+		}
+		// The request never reached the stub, which did not die.
+		if _, restarts := stubOf(t, s, "identity_fp32", "identity_fp32_0_0"); restarts != 0 {
+			t.Fatalf("identity_fp32 restarted %d times", restarts)
+		}
+	})
 }
 
 func TestSharedMemoryDisabledByDefault(t *testing.T) {
