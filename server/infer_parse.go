@@ -246,12 +246,19 @@ func (c *inferCall) parseRequestParams() error {
 }
 
 func (c *inferCall) parseInputs(model string, bin *[]byte, hdrGiven bool) error {
+	return c.parseArray("Unable to parse 'inputs'", func() error { return c.parseInput(model, bin, hdrGiven) })
+}
+
+// parseArray reads a JSON array with each, one element at a time. After
+// the first content error the other elements are only skipped, and that
+// error is returned once the array is read; a syntax error ends at once.
+func (c *inferCall) parseArray(context string, each func() error) error {
 	sc := &c.sc
 	if sc.kind() != kindArray {
 		if err := sc.skipValue(); err != nil {
 			return err
 		}
-		return fieldError("Unable to parse 'inputs'", msgNotArray)
+		return fieldError(context, msgNotArray)
 	}
 	var firstErr error
 	sc.enter()
@@ -269,7 +276,7 @@ func (c *inferCall) parseInputs(model string, bin *[]byte, hdrGiven bool) error 
 			}
 			continue
 		}
-		if err := c.parseInput(model, bin, hdrGiven); err != nil {
+		if err := each(); err != nil {
 			if isSyntaxError(err) {
 				return err
 			}
@@ -340,17 +347,13 @@ func (c *inferCall) parseInput(model string, bin *[]byte, hdrGiven bool) error {
 		default:
 			err = sc.skipValue()
 		}
-		if err == nil {
+		if fieldErr == nil {
+			if err != nil {
+				return err // an unknown member's value is malformed JSON
+			}
 			continue
 		}
-		if isSyntaxError(err) || fieldErr == nil {
-			return err
-		}
-		if *fieldErr == nil {
-			*fieldErr = err
-		}
-		sc.pos = start
-		if err := sc.skipValue(); err != nil {
+		if err := c.settle(start, fieldErr, err); err != nil {
 			return err
 		}
 	}
@@ -443,27 +446,28 @@ func (c *inferCall) readInputParams(f *inputFields) error {
 		default:
 			err = sc.skipValue()
 		}
-		if firstErr, err = c.settle(start, firstErr, err); err != nil {
+		if err := c.settle(start, &firstErr, err); err != nil {
 			return err
 		}
 	}
 }
 
 // settle handles the outcome of reading one member value that started at
-// start: a syntax error is returned as fatal; a content error is kept (the
-// first one wins) and the value is skipped so that scanning can go on.
-func (c *inferCall) settle(start int, firstErr, err error) (error, error) {
+// start: a syntax error is returned as fatal; a content error is kept in
+// *slot (the first one wins) and the value is skipped so that scanning can
+// go on.
+func (c *inferCall) settle(start int, slot *error, err error) error {
 	if err == nil {
-		return firstErr, nil
+		return nil
 	}
 	if isSyntaxError(err) {
-		return firstErr, err
+		return err
 	}
-	if firstErr == nil {
-		firstErr = err
+	if *slot == nil {
+		*slot = err
 	}
 	c.sc.pos = start
-	return firstErr, c.sc.skipValue()
+	return c.sc.skipValue()
 }
 
 // decodable reports whether JSON data of this type can be decoded.
@@ -604,36 +608,7 @@ type outputFields struct {
 }
 
 func (c *inferCall) parseOutputs() error {
-	sc := &c.sc
-	if sc.kind() != kindArray {
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
-		return fieldError("Unable to parse 'outputs'", msgNotArray)
-	}
-	var firstErr error
-	sc.enter()
-	for first := true; ; first = false {
-		more, err := sc.arrayNext(first)
-		if err != nil {
-			return err
-		}
-		if !more {
-			return firstErr
-		}
-		if firstErr != nil {
-			if err := sc.skipValue(); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := c.parseOutput(); err != nil {
-			if isSyntaxError(err) {
-				return err
-			}
-			firstErr = err
-		}
-	}
+	return c.parseArray("Unable to parse 'outputs'", c.parseOutput)
 }
 
 func (c *inferCall) parseOutput() error {
@@ -667,17 +642,13 @@ func (c *inferCall) parseOutput() error {
 		default:
 			err = sc.skipValue()
 		}
-		if err == nil {
+		if fieldErr == nil {
+			if err != nil {
+				return err // an unknown member's value is malformed JSON
+			}
 			continue
 		}
-		if isSyntaxError(err) || fieldErr == nil {
-			return err
-		}
-		if *fieldErr == nil {
-			*fieldErr = err
-		}
-		sc.pos = start
-		if err := sc.skipValue(); err != nil {
+		if err := c.settle(start, fieldErr, err); err != nil {
 			return err
 		}
 	}
@@ -756,7 +727,7 @@ func (c *inferCall) readOutputParams(f *outputFields) error {
 		default:
 			err = sc.skipValue()
 		}
-		if firstErr, err = c.settle(start, firstErr, err); err != nil {
+		if err := c.settle(start, &firstErr, err); err != nil {
 			return err
 		}
 	}

@@ -52,13 +52,23 @@ func ModelMetadataJSON(md *backendapi.ModelMetadata) any {
 	}
 }
 
-func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, model, version string) {
+// getVersion admits a GET of a model endpoint and parses its version
+// ("" is 0: the policy's choice); on failure it has answered already.
+func getVersion(w http.ResponseWriter, r *http.Request, version string) (int64, bool) {
 	if !allow(w, r, http.MethodGet) {
-		return
+		return 0, false
 	}
 	v, err := ParseModelVersion(version)
 	if err != nil {
 		writeError(w, err)
+		return 0, false
+	}
+	return v, true
+}
+
+func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, model, version string) {
+	v, ok := getVersion(w, r, version)
+	if !ok {
 		return
 	}
 	md, err := s.backend.ModelMetadata(r.Context(), model, v)
@@ -72,12 +82,8 @@ func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, mod
 // handleModelReady answers 200 with an empty body for a ready model, and
 // Triton's 400 "Model version not ready" otherwise.
 func (s *Server) handleModelReady(w http.ResponseWriter, r *http.Request, model, version string) {
-	if !allow(w, r, http.MethodGet) {
-		return
-	}
-	v, err := ParseModelVersion(version)
-	if err != nil {
-		writeError(w, err)
+	v, ok := getVersion(w, r, version)
+	if !ok {
 		return
 	}
 	if err := s.backend.ModelReady(r.Context(), model, v); err != nil {
@@ -88,12 +94,8 @@ func (s *Server) handleModelReady(w http.ResponseWriter, r *http.Request, model,
 }
 
 func (s *Server) handleModelConfig(w http.ResponseWriter, r *http.Request, model, version string) {
-	if !allow(w, r, http.MethodGet) {
-		return
-	}
-	v, err := ParseModelVersion(version)
-	if err != nil {
-		writeError(w, err)
+	v, ok := getVersion(w, r, version)
+	if !ok {
 		return
 	}
 	cfg, err := s.backend.ModelConfig(r.Context(), model, v)
@@ -110,12 +112,8 @@ func (s *Server) handleModelConfig(w http.ResponseWriter, r *http.Request, model
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, model, version string) {
-	if !allow(w, r, http.MethodGet) {
-		return
-	}
-	v, err := ParseModelVersion(version)
-	if err != nil {
-		writeError(w, err)
+	v, ok := getVersion(w, r, version)
+	if !ok {
 		return
 	}
 	stats, err := s.backend.ModelStatistics(r.Context(), model, v)

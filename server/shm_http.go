@@ -1,10 +1,9 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"net/http"
-
-	"github.com/stubvisor/stubvisor/backendapi"
 )
 
 // cudaIPCHandleSize is sizeof(cudaIpcMemHandle_t).
@@ -31,8 +30,17 @@ func shmMethodOK(w http.ResponseWriter, r *http.Request, action string) bool {
 	return allow(w, r, http.MethodPost)
 }
 
-// handleSystemSharedMemory serves /v2/systemsharedmemory[/region/{r}]/{action}.
-func (s *Server) handleSystemSharedMemory(w http.ResponseWriter, r *http.Request, region, action string) {
+// shmExtension is what differs between the system and CUDA shared-memory
+// endpoints; serveSharedMemory does the rest.
+type shmExtension struct {
+	kind       string // "system" or "cuda", for Triton's texts
+	status     func(ctx context.Context, region string) (any, error)
+	register   func(r *http.Request, region string, body jsonObject) error
+	unregister func(ctx context.Context, region string) error
+}
+
+// serveSharedMemory serves {prefix}[/region/{r}]/{action} of one extension.
+func (s *Server) serveSharedMemory(w http.ResponseWriter, r *http.Request, region, action string, ext shmExtension) {
 	if !shmMethodOK(w, r, action) {
 		return
 	}
@@ -40,19 +48,15 @@ func (s *Server) handleSystemSharedMemory(w http.ResponseWriter, r *http.Request
 	var err error
 	switch action {
 	case "status":
-		var regions []backendapi.SystemSharedMemoryRegion
-		if regions, err = s.backend.SystemSharedMemoryStatus(ctx, region); err == nil {
-			rows := make([]systemRegionJSON, len(regions))
-			for i, g := range regions {
-				rows[i] = systemRegionJSON(g)
-			}
+		var rows any
+		if rows, err = ext.status(ctx, region); err == nil {
 			writeJSON(w, rows)
 			return
 		}
 	case "register":
-		err = s.registerSystem(r, region)
+		err = s.registerRegion(r, region, ext)
 	case "unregister":
-		err = s.backend.UnregisterSystemSharedMemory(ctx, region)
+		err = ext.unregister(ctx, region)
 	}
 	if err != nil {
 		writeError(w, err)
@@ -62,9 +66,10 @@ func (s *Server) handleSystemSharedMemory(w http.ResponseWriter, r *http.Request
 	w.WriteHeader(http.StatusOK)
 }
 
-func (s *Server) registerSystem(r *http.Request, region string) error {
+// registerRegion reads a register request's JSON object and hands it to ext.
+func (s *Server) registerRegion(r *http.Request, region string, ext shmExtension) error {
 	if region == "" {
-		return invalidArg("'region name' is necessary to register system shared memory region")
+		return invalidArg("'region name' is necessary to register %s shared memory region", ext.kind)
 	}
 	body, err := readControlBody(r, s.maxInput)
 	if err != nil {
@@ -74,6 +79,44 @@ func (s *Server) registerSystem(r *http.Request, region string) error {
 	if err != nil {
 		return err
 	}
+	return ext.register(r, region, obj)
+}
+
+// handleSystemSharedMemory serves /v2/systemsharedmemory[/region/{r}]/{action}.
+func (s *Server) handleSystemSharedMemory(w http.ResponseWriter, r *http.Request, region, action string) {
+	s.serveSharedMemory(w, r, region, action, shmExtension{
+		kind: "system",
+		status: func(ctx context.Context, region string) (any, error) {
+			regions, err := s.backend.SystemSharedMemoryStatus(ctx, region)
+			rows := make([]systemRegionJSON, len(regions))
+			for i, g := range regions {
+				rows[i] = systemRegionJSON(g)
+			}
+			return rows, err
+		},
+		register:   s.registerSystem,
+		unregister: s.backend.UnregisterSystemSharedMemory,
+	})
+}
+
+// handleCUDASharedMemory serves /v2/cudasharedmemory[/region/{r}]/{action}.
+func (s *Server) handleCUDASharedMemory(w http.ResponseWriter, r *http.Request, region, action string) {
+	s.serveSharedMemory(w, r, region, action, shmExtension{
+		kind: "cuda",
+		status: func(ctx context.Context, region string) (any, error) {
+			regions, err := s.backend.CUDASharedMemoryStatus(ctx, region)
+			rows := make([]cudaRegionJSON, len(regions))
+			for i, g := range regions {
+				rows[i] = cudaRegionJSON(g)
+			}
+			return rows, err
+		},
+		register:   s.registerCUDA,
+		unregister: s.backend.UnregisterCUDASharedMemory,
+	})
+}
+
+func (s *Server) registerSystem(r *http.Request, region string, obj jsonObject) error {
 	raw, ok := obj["key"]
 	if !ok {
 		return invalidArg("Shared memory register request has no 'key' field")
@@ -99,49 +142,7 @@ func (s *Server) registerSystem(r *http.Request, region string) error {
 	return s.backend.RegisterSystemSharedMemory(r.Context(), region, key, offset, size)
 }
 
-// handleCUDASharedMemory serves /v2/cudasharedmemory[/region/{r}]/{action}.
-func (s *Server) handleCUDASharedMemory(w http.ResponseWriter, r *http.Request, region, action string) {
-	if !shmMethodOK(w, r, action) {
-		return
-	}
-	ctx := r.Context()
-	var err error
-	switch action {
-	case "status":
-		var regions []backendapi.CUDASharedMemoryRegion
-		if regions, err = s.backend.CUDASharedMemoryStatus(ctx, region); err == nil {
-			rows := make([]cudaRegionJSON, len(regions))
-			for i, g := range regions {
-				rows[i] = cudaRegionJSON(g)
-			}
-			writeJSON(w, rows)
-			return
-		}
-	case "register":
-		err = s.registerCUDA(r, region)
-	case "unregister":
-		err = s.backend.UnregisterCUDASharedMemory(ctx, region)
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	w.Header()[hdrContentType] = ctJSON
-	w.WriteHeader(http.StatusOK)
-}
-
-func (s *Server) registerCUDA(r *http.Request, region string) error {
-	if region == "" {
-		return invalidArg("'region name' is necessary to register cuda shared memory region")
-	}
-	body, err := readControlBody(r, s.maxInput)
-	if err != nil {
-		return err
-	}
-	obj, err := parseJSONObject(body, false)
-	if err != nil {
-		return err
-	}
+func (s *Server) registerCUDA(r *http.Request, region string, obj jsonObject) error {
 	raw, ok := obj["raw_handle"]
 	if !ok {
 		return invalidArg("Shared memory register request has no 'raw_handle' field")

@@ -42,11 +42,7 @@ func StubsJSON(models []backendapi.ModelStubs) any {
 
 // handleStubs serves GET /v2/stubs and /v2/models/{m}[/versions/{v}]/stubs.
 func (s *Server) handleStubs(w http.ResponseWriter, r *http.Request, model, version string) {
-	if !allow(w, r, http.MethodGet) {
-		return
-	}
-	if _, err := ParseModelVersion(version); err != nil {
-		writeError(w, err)
+	if _, ok := getVersion(w, r, version); !ok {
 		return
 	}
 	models, err := s.backend.Stubs(r.Context(), model)
