@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +29,7 @@ func init() {
 
 // benchModels are the model configurations the bench writes into its
 // temporary repository (model.py files come from testdata/models).
-var benchModels = []struct{ name, source, config string }{
+var benchModels = []benchModel{
 	{"add_sub", "add_sub", `name: "add_sub"
 backend: "python"
 max_batch_size: 0
@@ -100,45 +98,22 @@ func runGRPCBench(args []string) error {
 	duration := fs.Duration("duration", 2*time.Second, "measured time per case and round")
 	rounds := fs.Int("rounds", 3, "rounds per case, alternating with what it is compared to; medians are printed")
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
-	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
-	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	sf := addServerFlags(fs)
 	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
 	only := fs.String("case", "", "run only the cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	root, err := repoRoot()
+	env, err := newBenchEnv("grpc", sf, benchModels...)
 	if err != nil {
 		return err
 	}
-	if *bin == "" {
-		*bin = filepath.Join(root, "bin", "stubvisor")
-	}
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("%w (run make build first)", err)
-	}
-	tmp, err := os.MkdirTemp("", "stubvisor-bench-grpc-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	repo := filepath.Join(tmp, "models")
-	for _, m := range benchModels {
-		dst := filepath.Join(repo, m.name)
-		if err := os.CopyFS(dst, os.DirFS(filepath.Join(root, "testdata", "models", m.source))); err != nil {
-			return fmt.Errorf("copy model %s: %w", m.source, err)
-		}
-		if m.config != "" {
-			if err := os.WriteFile(filepath.Join(dst, "config.pbtxt"), []byte(m.config), 0o644); err != nil {
-				return err
-			}
-		}
-	}
-	extra := []string{"--python", *python}
+	defer env.close()
+	var extra []string
 	if *spin != "" {
 		extra = append(extra, "--stub-spin", *spin)
 	}
-	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "gRPC", extra...)
+	srv, err := env.start("gRPC", extra...)
 	if err != nil {
 		return err
 	}

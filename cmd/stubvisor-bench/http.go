@@ -17,8 +17,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,37 +92,18 @@ func runHTTPBench(args []string) error {
 	duration := fs.Duration("duration", 2*time.Second, "measured time per case and round")
 	rounds := fs.Int("rounds", 3, "rounds per case, alternating stubvisor and the yardstick; medians are printed")
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
-	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
-	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	sf := addServerFlags(fs)
 	only := fs.String("case", "", "run only the cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	root, err := repoRoot()
+	env, err := newBenchEnv("http", sf,
+		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""})
 	if err != nil {
 		return err
 	}
-	if *bin == "" {
-		*bin = filepath.Join(root, "bin", "stubvisor")
-	}
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("%w (run make build first)", err)
-	}
-	tmp, err := os.MkdirTemp("", "stubvisor-bench-http-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	repo := filepath.Join(tmp, "models")
-	for _, m := range []string{"add_sub", "identity_fp32"} {
-		if err := os.CopyFS(filepath.Join(repo, m), os.DirFS(filepath.Join(root, "testdata", "models", m))); err != nil {
-			return fmt.Errorf("copy model %s: %w", m, err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(repo, "add_sub", "config.pbtxt"), []byte(httpAddSub16), 0o644); err != nil {
-		return err
-	}
-	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "HTTP", "--python", *python)
+	defer env.close()
+	srv, err := env.start("HTTP")
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -97,3 +100,61 @@ func (p *benchServer) stop() {
 		<-p.exited
 	}
 }
+
+// serverFlags are the flags of every benchmark that starts bin/stubvisor.
+type serverFlags struct{ bin, python *string }
+
+func addServerFlags(fs *flag.FlagSet) serverFlags {
+	return serverFlags{
+		bin:    fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)"),
+		python: fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs"),
+	}
+}
+
+// benchModel is a model of a benchmark's repository: a copy of testdata's
+// source model, named name, with config as its config.pbtxt when set.
+type benchModel struct{ name, source, config string }
+
+// benchEnv is a checked binary and a temporary repository for it.
+type benchEnv struct {
+	bin, python, tmp, repo string
+}
+
+// newBenchEnv resolves the binary (it must have been built) and writes the
+// models into a temporary repository; close removes it.
+func newBenchEnv(name string, f serverFlags, models ...benchModel) (*benchEnv, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	e := &benchEnv{bin: *f.bin, python: *f.python}
+	if e.bin == "" {
+		e.bin = filepath.Join(root, "bin", "stubvisor")
+	}
+	if _, err := os.Stat(e.bin); err != nil {
+		return nil, fmt.Errorf("%w (run make build first)", err)
+	}
+	if e.tmp, err = os.MkdirTemp("", "stubvisor-bench-"+name+"-"); err != nil {
+		return nil, err
+	}
+	e.repo = filepath.Join(e.tmp, "models")
+	for _, m := range models {
+		dst := filepath.Join(e.repo, m.name)
+		err := os.CopyFS(dst, os.DirFS(filepath.Join(root, "testdata", "models", m.source)))
+		if err == nil && m.config != "" {
+			err = os.WriteFile(filepath.Join(dst, "config.pbtxt"), []byte(m.config), 0o644)
+		}
+		if err != nil {
+			e.close()
+			return nil, fmt.Errorf("model %s: %w", m.name, err)
+		}
+	}
+	return e, nil
+}
+
+// start starts the binary on the repository serving only service.
+func (e *benchEnv) start(service string, extra ...string) (*benchServer, error) {
+	return startBenchServer(e.bin, e.repo, filepath.Join(e.tmp, "cache"), service, append([]string{"--python", e.python}, extra...)...)
+}
+
+func (e *benchEnv) close() { os.RemoveAll(e.tmp) }

@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -29,30 +28,15 @@ const shmBenchBytes = 64 << 20
 func runShmBench(args []string) error {
 	fs := flag.NewFlagSet("shm", flag.ContinueOnError)
 	duration := fs.Duration("duration", 3*time.Second, "measured time per case")
-	bin := fs.String("bin", "", "stubvisor binary (default <repo>/bin/stubvisor)")
-	python := fs.String("python", "/usr/bin/python3", "Python interpreter of the stubs")
+	sf := addServerFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	root, err := repoRoot()
+	env, err := newBenchEnv("shm", sf, benchModel{"identity_fp32", "identity_fp32", ""})
 	if err != nil {
 		return err
 	}
-	if *bin == "" {
-		*bin = filepath.Join(root, "bin", "stubvisor")
-	}
-	if _, err := os.Stat(*bin); err != nil {
-		return fmt.Errorf("%w (run make build first)", err)
-	}
-	tmp, err := os.MkdirTemp("", "stubvisor-bench-shm-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	repo := filepath.Join(tmp, "models")
-	if err := os.CopyFS(filepath.Join(repo, "identity_fp32"), os.DirFS(filepath.Join(root, "testdata", "models", "identity_fp32"))); err != nil {
-		return fmt.Errorf("copy model: %w", err)
-	}
+	defer env.close()
 
 	// Yardstick: memcpy of the same size, in this process, this run.
 	src, dst := make([]byte, shmBenchBytes), make([]byte, shmBenchBytes)
@@ -66,7 +50,7 @@ func runShmBench(args []string) error {
 	}
 	memcpy := printShm("memcpy-64MiB", n, time.Since(start))
 
-	srv, err := startBenchServer(*bin, repo, filepath.Join(tmp, "cache"), "HTTP", "--python", *python, "--allow-client-shm=true", "--http-max-input-size", strconv.Itoa(2*shmBenchBytes))
+	srv, err := env.start("HTTP", "--allow-client-shm=true", "--http-max-input-size", strconv.Itoa(2*shmBenchBytes))
 	if err != nil {
 		return err
 	}
