@@ -158,9 +158,7 @@ func (b *dynamicBatcher) run() {
 				continue
 			}
 			offer = b.mv.queue
-			// The batch gets its own slice: whoever takes it filters it in
-			// place while taken below still reads items.
-			bt = &batch{items: slices.Clone(items)}
+			bt = &batch{items: items}
 		}
 		var tc <-chan time.Time
 		if !next.IsZero() {

@@ -467,7 +467,8 @@ func (p *stubProc) dispatch() {
 func (p *stubProc) execute(b *batch) {
 	mv := p.inst.mv
 	reqs := make([]ipc.Request, 0, len(b.items))
-	live := b.items[:0]
+	// A new slice: the batchers still read the list they handed over.
+	live := make([]*pending, 0, len(b.items))
 	now := time.Now()
 	for _, pr := range b.items {
 		if pr.gone() {
