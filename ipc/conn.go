@@ -48,13 +48,9 @@ type Settings struct {
 	Pool shmpool.Settings
 	// RingBytes is the data size of each ring: a power of two.
 	RingBytes uint32
-	// Spin is how long the stub polls before it sleeps on the futex.
+	// Spin is how long a waiter polls before it sleeps on the futex. The
+	// supervisor's ring reader chooses per call instead (RecvSpin).
 	Spin time.Duration
-	// SupervisorSpin is the same for the supervisor's side. It is not part
-	// of the region: a supervisor whose process also runs front ends and
-	// shares a small machine with its stubs does better not to spin at all,
-	// since a spinning reader holds the CPU the stub needs to answer.
-	SupervisorSpin time.Duration
 }
 
 // DefaultSettings returns 1 MiB rings, arenas of 1 MiB growing by 1 MiB up
@@ -68,9 +64,8 @@ func DefaultSettings() Settings {
 			GrowthBytes:  defaultArenaGrowth,
 			MaxBytes:     defaultArenaMax,
 		},
-		RingBytes:      defaultRingBytes,
-		Spin:           defaultSpin,
-		SupervisorSpin: defaultSpin,
+		RingBytes: defaultRingBytes,
+		Spin:      defaultSpin,
 	}
 }
 
@@ -165,12 +160,7 @@ func Create(name string, s Settings) (_ *Conn, retErr error) {
 		return nil, fmt.Errorf("ipc: create region: %w", err)
 	}
 	l.encode(region.Bytes()[:HeaderSize])
-	c, err := newConn(region, l, sideSupervisor)
-	if err != nil {
-		return nil, err
-	}
-	c.spin = s.SupervisorSpin
-	return c, nil
+	return newConn(region, l, sideSupervisor)
 }
 
 // Attach maps the region in f (the stub side, normally fd 3), checks its
@@ -252,17 +242,13 @@ func newConn(region *shmpool.Region, l layout, side int) (*Conn, error) {
 func (c *Conn) File() *os.File { return c.region.File() }
 
 // Settings returns the protocol parameters of the region, as its header
-// records them, and on the supervisor's side its own spin.
+// records them.
 func (c *Conn) Settings() Settings {
-	s := Settings{
+	return Settings{
 		Pool:      shmpool.Settings{DefaultBytes: c.lay.arenaDefault, GrowthBytes: c.lay.arenaGrowth, MaxBytes: c.lay.arenaMax},
 		RingBytes: c.lay.ringBytes,
 		Spin:      time.Duration(c.lay.spinNs),
 	}
-	if c.side == sideSupervisor {
-		s.SupervisorSpin = c.spin
-	}
-	return s
 }
 
 // MaxFrame returns the largest encoded message Send accepts.

@@ -65,19 +65,15 @@ type Options struct {
 	Logger hclog.Logger
 }
 
-// DefaultOptions returns the defaults of every setting. The supervisor's
-// side of each region does not spin (ipc.Settings.SupervisorSpin): on a
-// small machine a spinning reader takes the CPU the stub needs.
+// DefaultOptions returns the defaults of every setting.
 func DefaultOptions() Options {
-	ipcSettings := ipc.DefaultSettings()
-	ipcSettings.SupervisorSpin = 0
 	return Options{
 		ModelControl:       ControlNone,
 		PollInterval:       15 * time.Second,
 		StrictReadiness:    true,
 		AutoCompleteConfig: true,
 		Python:             "/usr/bin/python3",
-		IPC:                ipcSettings,
+		IPC:                ipc.DefaultSettings(),
 		StubStartTimeout:   30 * time.Second,
 		InitializeTimeout:  10 * time.Minute,
 		HeartbeatTimeout:   30 * time.Second,
