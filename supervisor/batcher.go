@@ -25,12 +25,10 @@ type dynamicBatcher struct {
 	mv *modelVersion
 	// capacity is max_batch_size; 0 means the model does not batch and
 	// every execute gets one request.
-	capacity     int64
-	preferred    []int64 // ascending
-	maxPreferred int64
-	delay        time.Duration
-	levels       []*policyQueue // index 0 is priority level 1, the highest
-	defLevel     int            // index of the default priority level
+	capacity int64
+	rule     batchRule
+	levels   []*policyQueue // index 0 is priority level 1, the highest
+	defLevel int            // index of the default priority level
 
 	mu      sync.Mutex
 	stopped bool
@@ -66,21 +64,10 @@ func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching) *
 	b := &dynamicBatcher{
 		mv:       mv,
 		capacity: mv.sig.maxBatch,
-		delay:    time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond,
+		rule:     newBatchRule(mv.sig.maxBatch, db.GetPreferredBatchSize(), db.GetMaxQueueDelayMicroseconds()),
 		wake:     make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
 		done:     make(chan struct{}),
-	}
-	for _, p := range db.GetPreferredBatchSize() {
-		if int64(p) <= b.capacity {
-			b.preferred = append(b.preferred, int64(p))
-		}
-	}
-	slices.Sort(b.preferred)
-	if n := len(b.preferred); n > 0 {
-		b.maxPreferred = b.preferred[n-1]
-	} else {
-		b.maxPreferred = max(b.capacity, 1)
 	}
 	levels := int(db.GetPriorityLevels())
 	if levels == 0 {
@@ -220,10 +207,8 @@ func (b *dynamicBatcher) form(now time.Time) (items []*pending, next time.Time, 
 			return false
 		})
 	}
-	var oldest time.Time
-	limit := max(b.capacity, 1)
-	best := 0 // request count of the longest prefix whose size is preferred
-	full := false
+	var sizes []int64
+	full := false // the next request does not fit
 gather:
 	for _, q := range b.levels {
 		for _, list := range [][]*queued{q.queue, q.delayed} {
@@ -232,22 +217,12 @@ gather:
 				if b.capacity == 0 {
 					n = 1
 				}
-				if len(items) > 0 && size+n > limit {
+				if len(items) > 0 && size+n > b.rule.limit {
 					full = true
 					break gather
 				}
-				items = append(items, e.pr)
+				items, sizes = append(items, e.pr), append(sizes, n)
 				size += n
-				if oldest.IsZero() || e.pr.queued.Before(oldest) {
-					oldest = e.pr.queued
-				}
-				if slices.Contains(b.preferred, size) {
-					best = len(items)
-				}
-				if size >= limit {
-					full = true
-					break gather
-				}
 			}
 		}
 	}
@@ -262,18 +237,68 @@ gather:
 	if len(items) == 0 {
 		return nil, next, false
 	}
-	delayEnd := oldest.Add(b.delay)
-	exceeded := b.delay == 0 || !now.Before(delayEnd)
-	switch {
-	case full || size >= b.maxPreferred || exceeded:
-		return items, next, true
-	case best > 0:
-		return items[:best], next, true
+	n, delayEnd := b.rule.cut(items, sizes, full, now)
+	if n > 0 {
+		return items[:n], next, true
 	}
 	if next.IsZero() || delayEnd.Before(next) {
 		next = delayEnd
 	}
 	return items, next, false
+}
+
+// batchRule decides when a forming batch goes to a stub: at once when it
+// is full or reaches the largest preferred size, else at once as its
+// longest preferred prefix, else when its oldest request has waited the
+// queue delay. The dynamic batcher and the sequence batcher's oldest
+// strategy share it.
+type batchRule struct {
+	limit        int64   // max_batch_size, at least 1
+	preferred    []int64 // ascending, none above limit
+	maxPreferred int64   // the largest preferred size, or limit
+	delay        time.Duration
+}
+
+func newBatchRule(maxBatch int64, preferred []int32, delayMicros uint64) batchRule {
+	r := batchRule{limit: max(maxBatch, 1), delay: time.Duration(delayMicros) * time.Microsecond}
+	for _, p := range preferred {
+		if int64(p) <= r.limit {
+			r.preferred = append(r.preferred, int64(p))
+		}
+	}
+	slices.Sort(r.preferred)
+	r.maxPreferred = r.limit
+	if n := len(r.preferred); n > 0 {
+		r.maxPreferred = r.preferred[n-1]
+	}
+	return r
+}
+
+// cut looks at a candidate batch (items in order, with their batch sizes;
+// together they fit limit, and full says the next waiting one would not)
+// and returns how many of them to send now, or 0 and the time the queue
+// delay runs out.
+func (r batchRule) cut(items []*pending, sizes []int64, full bool, now time.Time) (int, time.Time) {
+	var size int64
+	var oldest time.Time
+	best := 0 // request count of the longest prefix whose size is preferred
+	for i, n := range sizes {
+		size += n
+		if slices.Contains(r.preferred, size) {
+			best = i + 1
+		}
+		if oldest.IsZero() || items[i].queued.Before(oldest) {
+			oldest = items[i].queued
+		}
+	}
+	delayEnd := oldest.Add(r.delay)
+	switch {
+	case full || size >= r.maxPreferred || r.delay == 0 || !now.Before(delayEnd):
+		return len(items), time.Time{}
+	case best > 0:
+		return best, time.Time{}
+	}
+	return 0, delayEnd
 }
 
 // taken removes the requests a stub just took. They are found by

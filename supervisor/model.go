@@ -207,6 +207,11 @@ func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest
 // finish records the end of a response and hands it over; a response nobody
 // wants any more (or a streamed one, after its callback) is released.
 func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err error, final bool) {
+	if pr.filler {
+		resp.Release()
+		pr.respond(nil, nil, true)
+		return
+	}
 	taken, ended := pr.respond(resp, err, final)
 	if !taken {
 		resp.Release()

@@ -42,6 +42,10 @@ type pending struct {
 	// onEnd runs once when the request ends (clientshm.go: releases the
 	// client regions it used).
 	onEnd func()
+	// filler marks a request the sequence batcher made up to keep a
+	// direct batch's slots in place: no caller, no statistics, and its
+	// responses are dropped.
+	filler bool
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {

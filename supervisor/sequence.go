@@ -1,9 +1,11 @@
 package supervisor
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,6 +33,15 @@ type sequenceBatcher struct {
 	idle     time.Duration
 	slots    int // per instance
 	controls []seqControl
+	// oldest is the oldest strategy: a batch is the oldest next requests
+	// of the lane's candidate sequences, sent by rule (preferred sizes and
+	// queue delay). Otherwise direct: batch position i is slot i, padded
+	// with not-ready filler requests, and sent once minSlots of the slots
+	// have a request or the oldest of them waited delay.
+	oldest   bool
+	rule     batchRule
+	delay    time.Duration // direct's max_queue_delay_microseconds
+	minSlots float32       // direct's minimum_slot_utilization
 	// ctrlShape is the shape of one control tensor: [1], or [1,1] when the
 	// model batches.
 	ctrlShape []int64
@@ -84,7 +95,8 @@ type sequence struct {
 type lane struct {
 	inst        *instance
 	slots       []*sequence
-	outstanding int // batches handed to the instance and not yet ended
+	outstanding int         // batches handed to the instance and not yet ended
+	timer       *time.Timer // pumps the lane when a held batch's delay ends
 }
 
 // seqControl is one control input the batcher injects.
@@ -101,6 +113,9 @@ type seqControl struct {
 const tombstones = 4096
 
 func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching) (*sequenceBatcher, error) {
+	if len(sb.GetState()) > 0 {
+		return nil, backendapi.Errorf(backendapi.Unsupported, "model '%s': implicit sequence state (sequence_batching.state) is not supported; keep the state in the model", mv.name)
+	}
 	s := &sequenceBatcher{
 		mv:    mv,
 		idle:  time.Duration(sb.GetMaxSequenceIdleMicroseconds()) * time.Microsecond,
@@ -112,8 +127,15 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 		s.idle = time.Second
 	}
 	s.slots = max(int(mv.sig.maxBatch), 1)
-	if old := sb.GetOldest(); old != nil && old.GetMaxCandidateSequences() > 0 {
-		s.slots = int(old.GetMaxCandidateSequences())
+	if old := sb.GetOldest(); old != nil {
+		s.oldest = true
+		s.rule = newBatchRule(mv.sig.maxBatch, old.GetPreferredBatchSize(), old.GetMaxQueueDelayMicroseconds())
+		if old.GetMaxCandidateSequences() > 0 {
+			s.slots = int(old.GetMaxCandidateSequences())
+		}
+	} else {
+		s.delay = time.Duration(sb.GetDirect().GetMaxQueueDelayMicroseconds()) * time.Microsecond
+		s.minSlots = sb.GetDirect().GetMinimumSlotUtilization()
 	}
 	s.ctrlShape = []int64{1}
 	if mv.sig.maxBatch > 0 {
@@ -171,7 +193,7 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 	key := keyOf(req.CorrelationID)
 	start := req.Flags&backendapi.FlagSequenceStart != 0
 	end := req.Flags&backendapi.FlagSequenceEnd != 0
-	inputs, err := s.controlInputs(req, start, end)
+	inputs, err := s.controlInputs(req.CorrelationID, start, end, true)
 	if err != nil {
 		return err
 	}
@@ -218,8 +240,9 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 	return nil
 }
 
-// controlInputs builds the control tensors of one request.
-func (s *sequenceBatcher) controlInputs(req *backendapi.InferRequest, start, end bool) ([]backendapi.InputTensor, error) {
+// controlInputs builds the control tensors of one request. A zero id
+// (a filler's) is encoded as zero bytes: 0, or the empty string.
+func (s *sequenceBatcher) controlInputs(id backendapi.CorrelationID, start, end, ready bool) ([]backendapi.InputTensor, error) {
 	out := make([]backendapi.InputTensor, 0, len(s.controls))
 	for _, c := range s.controls {
 		t := backendapi.InputTensor{Name: c.name, DataType: c.dtype, Shape: s.ctrlShape}
@@ -229,9 +252,13 @@ func (s *sequenceBatcher) controlInputs(req *backendapi.InferRequest, start, end
 		case inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_END:
 			t.Data = pick(end, c)
 		case inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_READY:
-			t.Data = c.on
+			t.Data = pick(ready, c)
 		case inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_CORRID:
-			data, err := corrIDBytes(req.CorrelationID, c.dtype)
+			if id.IsZero() {
+				t.Data = make([]byte, max(c.dtype.Size(), 4))
+				break
+			}
+			data, err := corrIDBytes(id, c.dtype)
 			if err != nil {
 				return nil, backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s': %v", s.mv.name, err)
 			}
@@ -341,14 +368,13 @@ func (s *sequenceBatcher) bury(key seqKey, why string) {
 	}
 }
 
-// pump hands the lane's instance a batch: the next request of every
-// sequence that has none running, when the instance has room. Called with
-// s.mu held.
+// pump hands the lane's instance batches while it has room. A batch the
+// strategy holds back for more requests is pumped again when its delay
+// ends. Called with s.mu held.
 func (s *sequenceBatcher) pump(l *lane) {
 	for l.outstanding < s.mv.pipelineDepth {
 		cur := l.inst.currentProc()
-		var items []*pending
-		var members []*sequence
+		var heads []*sequence
 		for _, seq := range l.slots {
 			if seq == nil || seq.inflight || len(seq.queue) == 0 {
 				continue
@@ -357,17 +383,33 @@ func (s *sequenceBatcher) pump(l *lane) {
 				s.lose(seq)
 				continue
 			}
+			heads = append(heads, seq)
+		}
+		if len(heads) == 0 {
+			return
+		}
+		members, wake := s.choose(heads, time.Now())
+		if len(members) == 0 {
+			if l.timer == nil {
+				l.timer = time.AfterFunc(time.Until(wake), func() {
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					if !s.stopped {
+						s.pump(l)
+					}
+				})
+			} else {
+				l.timer.Reset(time.Until(wake))
+			}
+			return
+		}
+		items := s.batchOf(members)
+		for _, seq := range members {
 			if seq.proc == nil {
 				seq.proc = cur
 			}
-			pr := seq.queue[0]
 			seq.queue = seq.queue[1:]
 			seq.inflight = true
-			items = append(items, pr)
-			members = append(members, seq)
-		}
-		if len(items) == 0 {
-			return
 		}
 		l.outstanding++
 		// direct holds at most mv.pipelineDepth of this lane's batches, far
@@ -376,6 +418,82 @@ func (s *sequenceBatcher) pump(l *lane) {
 		s.wg.Add(1)
 		go s.await(l, items, members)
 	}
+}
+
+// choose picks the sequences whose next requests form the lane's next
+// batch, from those that have one ready (heads, in slot order), or none
+// and the time to look again.
+func (s *sequenceBatcher) choose(heads []*sequence, now time.Time) ([]*sequence, time.Time) {
+	if s.oldest {
+		heads = slices.Clone(heads)
+		slices.SortStableFunc(heads, func(a, b *sequence) int { return a.queue[0].queued.Compare(b.queue[0].queued) })
+		full := int64(len(heads)) > s.rule.limit
+		heads = heads[:min(int64(len(heads)), s.rule.limit)]
+		items := make([]*pending, len(heads))
+		sizes := make([]int64, len(heads))
+		for i, seq := range heads {
+			items[i], sizes[i] = seq.queue[0], 1
+		}
+		n, wake := s.rule.cut(items, sizes, full, now)
+		return heads[:n], wake
+	}
+	if s.delay == 0 || s.minSlots == 0 || float32(len(heads))/float32(s.slots) >= s.minSlots {
+		return heads, time.Time{}
+	}
+	oldest := heads[0].queue[0].queued
+	for _, seq := range heads[1:] {
+		if q := seq.queue[0].queued; q.Before(oldest) {
+			oldest = q
+		}
+	}
+	if wake := oldest.Add(s.delay); now.Before(wake) {
+		return nil, wake
+	}
+	return heads, time.Time{}
+}
+
+// batchOf lists the next requests of members (in slot order for direct).
+// Under direct, a batch's position i is slot i, as the model may keep
+// per-slot state: a slot with no request up to the last one used gets a
+// filler whose READY control is false.
+func (s *sequenceBatcher) batchOf(members []*sequence) []*pending {
+	if s.oldest {
+		items := make([]*pending, len(members))
+		for i, seq := range members {
+			items[i] = seq.queue[0]
+		}
+		return items
+	}
+	items := make([]*pending, 0, members[len(members)-1].slot+1)
+	for _, seq := range members {
+		for len(items) < seq.slot {
+			items = append(items, s.filler(members[0].queue[0]))
+		}
+		items = append(items, seq.queue[0])
+	}
+	return items
+}
+
+// filler is a not-ready request shaped like like: its inputs zeroed, its
+// controls all false and a zero correlation id. Its responses are dropped.
+func (s *sequenceBatcher) filler(like *pending) *pending {
+	ctrl, _ := s.controlInputs(backendapi.CorrelationID{}, false, false, false)
+	req := &backendapi.InferRequest{ModelName: like.req.ModelName, ModelVersion: like.req.ModelVersion}
+	for _, in := range like.req.Inputs {
+		if slices.ContainsFunc(ctrl, func(c backendapi.InputTensor) bool { return c.Name == in.Name }) {
+			continue
+		}
+		size := in.DataType.Size()
+		if in.DataType == backendapi.TypeBytes {
+			size = 4 // zero-length elements
+		}
+		zero := make([]byte, elementCount(in.Shape)*int64(size))
+		req.Inputs = append(req.Inputs, backendapi.InputTensor{Name: in.Name, DataType: in.DataType, Shape: in.Shape, Data: zero})
+	}
+	req.Inputs = append(req.Inputs, ctrl...)
+	pr := newPending(context.Background(), req, 1)
+	pr.filler = true
+	return pr
 }
 
 // lose ends a sequence whose stub died: its state is gone, so its waiting
@@ -462,6 +580,11 @@ func (s *sequenceBatcher) stop() {
 		return
 	}
 	s.stopped = true
+	for _, l := range s.lanes {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+	}
 	var waiting []*pending
 	for _, seq := range s.seqs {
 		waiting = append(waiting, seq.queue...)

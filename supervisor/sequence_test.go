@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -158,5 +159,55 @@ func TestSequenceTombstonesAreBounded(t *testing.T) {
 	}
 	if _, ok := s.tomb[seqKey{u: 0}]; ok {
 		t.Error("the oldest tombstone survived")
+	}
+}
+
+func TestSequenceFiller(t *testing.T) {
+	mv, s := sequenceModel(t, 4)
+	pr, err := seqRequest(t, mv, s, 99, backendapi.FlagSequenceStart, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.req.Inputs = append(pr.req.Inputs,
+		backendapi.InputTensor{Name: "X", DataType: backendapi.TypeFP32, Shape: []int64{1, 3}, Data: make([]byte, 12)},
+		backendapi.InputTensor{Name: "T", DataType: backendapi.TypeBytes, Shape: []int64{1, 2}, Data: []byte{1, 0, 0, 0, 'a', 0, 0, 0, 0}})
+	f := s.filler(pr)
+	if !f.filler || f.req.CorrelationID != (backendapi.CorrelationID{}) || f.req.Flags != 0 {
+		t.Fatalf("filler = %+v", f.req)
+	}
+	want := map[string][]byte{
+		"S": binary.LittleEndian.AppendUint32(nil, 0),
+		"E": binary.LittleEndian.AppendUint32(nil, math.Float32bits(0)),
+		"R": {0},
+		"C": make([]byte, 8),
+		"X": make([]byte, 12),
+		"T": make([]byte, 8), // two empty strings
+	}
+	for _, in := range f.req.Inputs {
+		w, ok := want[in.Name]
+		if !ok || !bytes.Equal(in.Data, w) {
+			t.Errorf("%s = %v, want %v", in.Name, in.Data, w)
+		}
+		delete(want, in.Name)
+	}
+	if len(want) > 0 {
+		t.Errorf("filler lacks inputs %v", want)
+	}
+	// Its responses are dropped and it ends without a caller.
+	mv.finish(f, nil, nil, true)
+	select {
+	case <-f.done:
+	default:
+		t.Error("finish did not end the filler")
+	}
+}
+
+func TestSequenceImplicitStateRefused(t *testing.T) {
+	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m"}}
+	_, err := newSequenceBatcher(mv, &inferencepb.ModelSequenceBatching{
+		State: []*inferencepb.ModelSequenceBatching_State{{InputName: "IN_STATE", OutputName: "OUT_STATE"}},
+	})
+	if !errors.Is(err, backendapi.Unsupported) || !strings.Contains(err.Error(), "sequence_batching.state") {
+		t.Errorf("err = %v, want an unsupported error naming sequence_batching.state", err)
 	}
 }

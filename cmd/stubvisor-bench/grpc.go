@@ -159,6 +159,34 @@ func runGRPCBench(args []string) error {
 			otherName = "yardstick"
 		}
 		fmt.Printf("grpc ratio %s/%s=%.3f\n", c.name, otherName, ratio)
+		if c.req.ModelName == "add_sub_batched" {
+			if err := printBatching(srv.addr, c.req.ModelName); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// printBatching prints the mean batch size so far from the statistics
+// extension: how much the dynamic batcher merged.
+func printBatching(addr, model string) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := pb.NewGRPCInferenceServiceClient(conn).ModelStatistics(ctx, &pb.ModelStatisticsRequest{Name: model})
+	if err != nil {
+		return err
+	}
+	for _, m := range st.ModelStats {
+		if m.ExecutionCount > 0 {
+			fmt.Printf("grpc batching %s inferences=%d executions=%d mean_batch=%.2f\n", model,
+				m.InferenceCount, m.ExecutionCount, float64(m.InferenceCount)/float64(m.ExecutionCount))
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +64,8 @@ type seen struct {
 	Sum           int     `json:"sum"`
 	Unstarted     bool    `json:"unstarted"`
 	Batch         int     `json:"batch"`
+	Slot          int     `json:"slot"`
+	NotReady      int     `json:"not_ready"`
 }
 
 // idText is a correlation id as JSON carried it, a number or a string,
@@ -169,6 +173,8 @@ func runSequence(base, model string, id any, length int) (string, error) {
 			return "", fmt.Errorf("sequence %v step %d: controls START=%v END=%v READY=%v flags=%d, want START=%v END=%v READY=true flags=%d", id, k, sv.Start, sv.End, sv.Ready, sv.Flags, start, end, flags)
 		case string(sv.CorrID) != want || string(sv.CorrelationID) != want:
 			return "", fmt.Errorf("sequence %v step %d: CORRID=%s correlation_id()=%s", id, k, sv.CorrID, sv.CorrelationID)
+		case model == "seq_string" && sv.Batch != 1:
+			return "", fmt.Errorf("sequence %v step %d: an execute of %d requests for a model with max_batch_size 0", id, k, sv.Batch)
 		}
 		instance = sv.Instance
 	}
@@ -318,6 +324,116 @@ func TestSequenceBatcher(t *testing.T) {
 		// Starting over works, on fresh state.
 		if _, err := runSequence(s.HTTP, "seq_accumulate", 9090, 3); err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// seqModelConfig is a config for seq_accumulate's model.py with the
+// given batching strategy and instance count.
+func seqModelConfig(name string, maxBatch int, strategy string, count int) string {
+	return fmt.Sprintf(`name: "%s"
+backend: "python"
+max_batch_size: %d
+input [{ name: "INPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [
+  { name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] },
+  { name: "SEEN", data_type: TYPE_STRING, dims: [ 1 ] }
+]
+sequence_batching {
+  %s
+  control_input [
+    { name: "START", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] },
+    { name: "END", control [{ kind: CONTROL_SEQUENCE_END, int32_false_true: [ 0, 1 ] }] },
+    { name: "READY", control [{ kind: CONTROL_SEQUENCE_READY, int32_false_true: [ 0, 1 ] }] },
+    { name: "CORRID", control [{ kind: CONTROL_SEQUENCE_CORRID, data_type: TYPE_UINT64 }] }
+  ]
+}
+instance_group [{ kind: KIND_CPU, count: %d }]
+`, name, maxBatch, strategy, count)
+}
+
+// TestSequenceBatchForming checks how each strategy forms batches: direct
+// keeps batch position = slot (filling gaps with not-ready requests) and
+// waits for minimum_slot_utilization up to its queue delay; oldest sends
+// at once when a preferred size is reached.
+func TestSequenceBatchForming(t *testing.T) {
+	pythonOK(t)
+	model, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "seq_accumulate", "1", "model.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const delay = 500 * time.Millisecond
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "seq_slots", seqModelConfig("seq_slots", 2,
+		fmt.Sprintf("direct { max_queue_delay_microseconds: %d minimum_slot_utilization: 1.0 }", delay.Microseconds()), 1),
+		map[string]string{"model.py": string(model)})
+	httpWriteModel(t, repo, "seq_oldest", seqModelConfig("seq_oldest", 4,
+		"oldest { max_candidate_sequences: 4 preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 60000000 }", 1),
+		map[string]string{"model.py": string(model)})
+	s := startServer(t, repo)
+
+	// steps sends one request of each sequence at once and returns what
+	// the model saw, in the order of ids.
+	steps := func(model string, ids []uint64, start, end bool) []seen {
+		t.Helper()
+		out := make([]seen, len(ids))
+		errs := make([]error, len(ids))
+		var wg sync.WaitGroup
+		for i, id := range ids {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i], _, errs[i] = seqStep(s.HTTP, model, id, 1, start, end)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+
+	t.Run("direct", func(t *testing.T) {
+		// A and B together fill both slots: one execute, position = slot.
+		both := steps("seq_slots", []uint64{1, 2}, true, false)
+		for i, sv := range both {
+			if sv.Batch != 2 || sv.NotReady != 0 {
+				t.Errorf("sequence %d: execute of %d with %d not ready, want both sequences in one execute", i+1, sv.Batch, sv.NotReady)
+			}
+		}
+		if both[0].Slot == both[1].Slot {
+			t.Fatalf("both sequences at position %d", both[0].Slot)
+		}
+		// Alone, a request waits the queue delay for the other slot, then
+		// runs at its slot's position; an empty slot before it is filled.
+		for i, id := range []uint64{1, 2} {
+			t0 := time.Now()
+			sv, _, err := seqStep(s.HTTP, "seq_slots", id, 1, false, i == 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if waited := time.Since(t0); waited < delay*3/4 {
+				t.Errorf("sequence %d alone ran after %s, want it held about %s for the other slot", id, waited, delay)
+			}
+			wantBatch, wantFillers := both[i].Slot+1, both[i].Slot
+			if sv.Slot != both[i].Slot || sv.Batch != wantBatch || sv.NotReady != wantFillers || !sv.Ready {
+				t.Errorf("sequence %d alone: position %d of %d with %d not ready (READY %v), want position %d of %d with %d not ready",
+					id, sv.Slot, sv.Batch, sv.NotReady, sv.Ready, both[i].Slot, wantBatch, wantFillers)
+			}
+			if sv.N != 2 || sv.Sum != 2 {
+				t.Errorf("sequence %d: state n=%d sum=%d, want 2 and 2", id, sv.N, sv.Sum)
+			}
+		}
+	})
+
+	t.Run("oldest", func(t *testing.T) {
+		// The preferred size is reached at once: no wait for the 60 s delay.
+		for _, sv := range steps("seq_oldest", []uint64{7, 8, 9}, true, false) {
+			if sv.Batch != 3 {
+				t.Errorf("execute of %d requests, want the preferred 3", sv.Batch)
+			}
 		}
 	})
 }

@@ -4,7 +4,8 @@ Its state lives in the stub process, keyed by correlation id, and starts
 over on the START control. Each response carries the sum so far and, in
 SEEN, a JSON record of everything the request looked like from inside the
 model: the control inputs the sequence batcher added, the flags and
-correlation id, the instance and the size of the execute call. Tests use
+correlation id, the instance, the size of the execute call, the request's
+place in it and how many of its requests were not-ready fillers. Tests use
 it to check routing, order and control values.
 """
 
@@ -25,7 +26,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         responses = []
-        for request in requests:
+        not_ready = sum(1 for r in requests if not _scalar(r, "READY"))
+        for slot, request in enumerate(requests):
             value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
             start, end, ready = _scalar(request, "START"), _scalar(request, "END"), _scalar(request, "READY")
             corrid = _scalar(request, "CORRID")
@@ -48,6 +50,8 @@ class TritonPythonModel:
                 "sum": state["sum"],
                 "unstarted": state.get("unstarted", False),
                 "batch": len(requests),
+                "slot": slot,
+                "not_ready": not_ready,
             }
             if end:
                 del self.state[key]
