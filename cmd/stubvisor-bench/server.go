@@ -144,12 +144,31 @@ func newBenchEnv(name string, f serverFlags, models ...benchModel) (*benchEnv, e
 		if err == nil && m.config != "" {
 			err = os.WriteFile(filepath.Join(dst, "config.pbtxt"), []byte(m.config), 0o644)
 		}
+		if err == nil {
+			err = buildGoModel(root, m, dst)
+		}
 		if err != nil {
 			e.close()
 			return nil, fmt.Errorf("model %s: %w", m.name, err)
 		}
 	}
 	return e, nil
+}
+
+// buildGoModel builds a Go-native model's executable from its sources in
+// testdata, inside this module, as the server could not from the
+// temporary repository.
+func buildGoModel(root string, m benchModel, dst string) error {
+	config, err := os.ReadFile(filepath.Join(dst, "config.pbtxt"))
+	if err != nil || !strings.Contains(string(config), `backend: "go"`) {
+		return err
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dst, "1", "model"), ".")
+	cmd.Dir = filepath.Join(root, "testdata", "models", m.source, "1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w: %s", err, out)
+	}
+	return nil
 }
 
 // start starts the binary on the repository serving only service.

@@ -83,7 +83,7 @@ func TestGoModels(t *testing.T) {
 	// repository is used in place and only the Go models are loaded.
 	s := startServer(t, repo, "--model-control-mode", "explicit",
 		"--load-model", "go_minimal", "--load-model", "go_minimal_batch",
-		"--load-model", "go_panic", "--load-model", "go_repeat",
+		"--load-model", "go_panic", "--load-model", "go_repeat", "--load-model", "go_add_sub",
 		"--stub-restart-backoff", "10ms")
 
 	t.Run("minimal", func(t *testing.T) {
@@ -120,6 +120,37 @@ func TestGoModels(t *testing.T) {
 		code, out, msg := goInfer(t, s, "go_minimal_batch", []int64{2, 4}, 1, 2, 3, 4, 5, 6, 7, 8)
 		if code != 200 || fmt.Sprint(out.Data) != "[1 2 3 4 5 6 7 8]" || fmt.Sprint(out.Shape) != "[2 4]" {
 			t.Fatalf("batch of 2: %d %+v %s", code, out, msg)
+		}
+	})
+
+	t.Run("add_sub", func(t *testing.T) {
+		x, y := make([]float32, 16), make([]float32, 16)
+		for i := range x {
+			x[i], y[i] = float32(i), float32(2*i)
+		}
+		var resp struct {
+			Outputs []struct {
+				Name string    `json:"name"`
+				Data []float32 `json:"data"`
+			} `json:"outputs"`
+		}
+		code, body := s.postJSON("/v2/models/go_add_sub/infer", map[string]any{"inputs": []map[string]any{
+			{"name": "INPUT0", "shape": []int{1, 16}, "datatype": "FP32", "data": x},
+			{"name": "INPUT1", "shape": []int{1, 16}, "datatype": "FP32", "data": y},
+		}})
+		if err := json.Unmarshal(body, &resp); code != 200 || err != nil || len(resp.Outputs) != 2 {
+			t.Fatalf("go_add_sub: %d %s", code, body)
+		}
+		for _, o := range resp.Outputs {
+			for i, v := range o.Data {
+				want := x[i] + y[i]
+				if o.Name == "OUTPUT1" {
+					want = x[i] - y[i]
+				}
+				if v != want {
+					t.Fatalf("%s[%d] = %v, want %v", o.Name, i, v, want)
+				}
+			}
 		}
 	})
 
