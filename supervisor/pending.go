@@ -140,6 +140,12 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 		return p.resp, p.err
 	}
 	p.abandoned = true
+	if sp := p.runner.Load(); sp != nil {
+		// The stub still owes this request an answer, and it holds a
+		// pipeline slot until someone reads it: read on the caller's
+		// behalf, or a queued request could wait for the watchdog's drain.
+		go sp.readFor(p.done)
+	}
 	return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
 }
 

@@ -336,6 +336,17 @@ func (p *stubProc) read(done, cancel <-chan struct{}) {
 	}
 }
 
+// readFor stands in for a caller that gave up while the stub still owes it
+// a reply: it takes its turn reading until done closes or the stub dies.
+func (p *stubProc) readFor(done <-chan struct{}) {
+	select {
+	case <-p.lead:
+		p.read(done, p.exited)
+	case <-done:
+	case <-p.exited:
+	}
+}
+
 // readSpin is how long a reader polls the ring before it sleeps: the
 // stub's own spin while one execute is outstanding, when its answer is the
 // next thing to happen and is usually quicker than a wake-up; none when
@@ -829,7 +840,7 @@ func (p *stubProc) watch() {
 }
 
 // drainIdle reads what the stub sent while no caller was reading (logs
-// from its own threads, frees, replies to abandoned requests).
+// from its own threads, frees).
 func (p *stubProc) drainIdle() {
 	select {
 	case <-p.lead:
