@@ -92,7 +92,7 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 	case *FinalizeMsg:
 		return appendHead(b, 2, KindFinalize, m.ID), nil
 	case *ReleaseMsg:
-		return appendOffsets(appendHead(b, 3, KindRelease, 0), m.Offsets), nil
+		return appendUint64s(appendHead(b, 3, KindRelease, 0), m.Offsets), nil
 	case *CancelMsg:
 		return appendHead(b, 2, KindCancel, m.Handle), nil
 	case *IsReadyMsg:
@@ -127,10 +127,17 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 	case *ResponseMsg:
 		return appendResponse(appendHead(b, 3, KindResponse, 0), &m.Response), nil
 	case *ExecuteDoneMsg:
-		b = appendError(appendHead(b, 4, KindExecuteDone, m.BatchID), m.Error)
+		n := 4
+		if len(m.Rescheduled) > 0 {
+			n = 5
+		}
+		b = appendError(appendHead(b, n, KindExecuteDone, m.BatchID), m.Error)
 		b = appendArrayLen(b, len(m.Responses))
 		for i := range m.Responses {
 			b = appendResponse(b, &m.Responses[i])
+		}
+		if n == 5 {
+			b = appendUint64s(b, m.Rescheduled)
 		}
 		return b, nil
 	case *LogMsg:
@@ -145,7 +152,7 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 		}
 		return appendBool(b, m.Decoupled), nil
 	case *FreeMsg:
-		return appendOffsets(appendHead(b, 3, KindFree, 0), m.Offsets), nil
+		return appendUint64s(appendHead(b, 3, KindFree, 0), m.Offsets), nil
 	case nil:
 		return nil, errors.New("nil message")
 	}
@@ -276,10 +283,10 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	return b
 }
 
-func appendOffsets(b []byte, offs []uint64) []byte {
-	b = appendArrayLen(b, len(offs))
-	for _, o := range offs {
-		b = appendUint(b, o)
+func appendUint64s(b []byte, vs []uint64) []byte {
+	b = appendArrayLen(b, len(vs))
+	for _, v := range vs {
+		b = appendUint(b, v)
 	}
 	return b
 }
@@ -425,7 +432,7 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 		want = 3
 		if n >= want {
 			v := &ReleaseMsg{}
-			v.Offsets, err = r.offsets()
+			v.Offsets, err = r.uint64s()
 			m = v
 		}
 	case KindCancel:
@@ -510,6 +517,10 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 			if v.Error, err = r.error(); err == nil {
 				v.Responses, err = r.responses()
 			}
+			if err == nil && n >= 5 {
+				v.Rescheduled, err = r.uint64s()
+				want = 5
+			}
 			m = v
 		}
 	case KindLog:
@@ -542,7 +553,7 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 		want = 3
 		if n >= want {
 			v := &FreeMsg{}
-			v.Offsets, err = r.offsets()
+			v.Offsets, err = r.uint64s()
 			m = v
 		}
 	default:
@@ -916,7 +927,7 @@ func (r *reader) skip(n int) error {
 	return nil
 }
 
-func (r *reader) offsets() ([]uint64, error) {
+func (r *reader) uint64s() ([]uint64, error) {
 	n, err := r.arrayLen()
 	if err != nil {
 		return nil, err

@@ -52,6 +52,7 @@ func sampleMessages() []Message {
 		&ExecuteDoneMsg{BatchID: 10, Responses: []Response{resp, {Handle: 8, Outputs: []Tensor{}},
 			{Handle: 9, Outputs: []Tensor{{Name: "SMALL", DataType: 11, Shape: []int64{2}, Loc: LocInline, Size: 8, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}}}}}},
 		&ExecuteDoneMsg{BatchID: 11, Error: &Error{Code: 13, Message: "execute raised"}, Responses: []Response{}},
+		&ExecuteDoneMsg{BatchID: 12, Responses: []Response{}, Rescheduled: []uint64{3, 1 << 40}},
 		&LogMsg{Level: "error", Message: "line\nbreak", File: "model.py", Line: -1},
 		&InferExecMsg{ID: 12, ModelName: "bls_target", ModelVersion: -1, Request: req, Decoupled: true},
 		&FreeMsg{Offsets: []uint64{}},

@@ -41,9 +41,13 @@ type Kind uint8
 //	Result       [65, id, Error|nil, value]
 //	Response     [66, 0, Response]   one response sent through a response sender
 //	ExecuteDone  [67, batch_id, Error|nil, [Response...]]
+//	             [67, batch_id, Error|nil, [Response...], [handle...]]
 //	             execute returned; carries the responses it returned (none for
 //	             decoupled models). An error fails every request of the batch
-//	             that has not had its final response.
+//	             that has not had its final response. The handles, when
+//	             present, are requests the model released with RESCHEDULE:
+//	             they live on and are sent again in a later Execute, with a
+//	             new handle.
 //	Log          [68, 0, level str, message str, file str, line int]
 //	InferExec    [69, id, model_name str, model_version int, Request, decoupled bool]
 //	             a BLS request from inside execute; inputs in arena 1 (the
@@ -261,11 +265,13 @@ type ResultMsg struct {
 // sender.
 type ResponseMsg struct{ Response Response }
 
-// ExecuteDoneMsg is [67, batch_id, Error|nil, [Response...]].
+// ExecuteDoneMsg is [67, batch_id, Error|nil, [Response...], [handle...]];
+// the last element only when Rescheduled is not empty.
 type ExecuteDoneMsg struct {
-	BatchID   uint64
-	Error     *Error
-	Responses []Response
+	BatchID     uint64
+	Error       *Error
+	Responses   []Response
+	Rescheduled []uint64 // handles of requests to run again
 }
 
 // LogMsg is [68, 0, level, message, file, line].

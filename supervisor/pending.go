@@ -161,4 +161,8 @@ type batch struct {
 	id    uint64
 	items []*pending
 	sent  time.Time
+	// requeue, set by a scheduler that can run a request again (iterative
+	// sequences), takes each request the model released with RESCHEDULE.
+	// Without it such a request fails.
+	requeue func(*pending)
 }

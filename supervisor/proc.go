@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -636,13 +637,30 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		size += pr.batch
 		p.mu.Lock()
 		pr.execDone = true
-		ended := pr.final
-		if ended {
+		// A filler has no caller waiting for more: it ends here.
+		ended := pr.final || pr.filler
+		again := !ended && execErr == nil && slices.Contains(m.Rescheduled, pr.handle)
+		if ended || again {
 			delete(p.requests, pr.handle)
 		}
+		if again {
+			pr.execDone = false // it runs again, under a new handle
+		}
 		p.mu.Unlock()
-		if ended {
+		if ended || again {
 			p.freeOwn(pr.inputs)
+		}
+		switch {
+		case pr.filler:
+			p.inst.mv.finish(pr, nil, nil, true)
+			continue
+		case ended:
+			continue
+		case again && b.requeue != nil:
+			b.requeue(pr)
+			continue
+		case again:
+			p.inst.mv.finish(pr, nil, backendapi.Errorf(backendapi.InvalidArg, msgRescheduleRefused), true)
 			continue
 		}
 		if execErr != nil || !p.inst.mv.decoupled {
@@ -659,6 +677,11 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 	}
 	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
 }
+
+// msgRescheduleRefused is Triton's text for a request the model released
+// with RESCHEDULE when its scheduler cannot run it again: only iterative
+// sequences can.
+const msgRescheduleRefused = "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."
 
 // deliver hands one response to its request.
 func (p *stubProc) deliver(r *ipc.Response) {

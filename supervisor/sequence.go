@@ -28,6 +28,12 @@ import (
 // as input tensors. A sequence idle for longer than
 // max_sequence_idle_microseconds loses its slot, and a sequence whose stub
 // died ends: its state is gone with the process.
+//
+// With iterative_sequence, a sequence is one request that the model runs
+// step by step: it releases the request with RESCHEDULE to have it queued
+// again at the head of its sequence (no longer START), and the sequence
+// ends when the request completes. A request without a correlation id
+// starts such a sequence under an id the batcher picks.
 type sequenceBatcher struct {
 	mv       *modelVersion
 	idle     time.Duration
@@ -42,6 +48,8 @@ type sequenceBatcher struct {
 	rule     batchRule
 	delay    time.Duration // direct's max_queue_delay_microseconds
 	minSlots float32       // direct's minimum_slot_utilization
+	// iterative is iterative_sequence: the model may reschedule requests.
+	iterative bool
 	// ctrlShape is the shape of one control tensor: [1], or [1,1] when the
 	// model batches.
 	ctrlShape []int64
@@ -53,6 +61,7 @@ type sequenceBatcher struct {
 	backlog  []*sequence
 	tomb     map[seqKey]string // why a recently gone sequence ended
 	tombKeys []seqKey          // tomb's keys, oldest first
+	lastID   uint64            // the last correlation id the batcher picked
 
 	stopc chan struct{}
 	wg    sync.WaitGroup
@@ -81,14 +90,14 @@ func (k seqKey) String() string {
 
 // sequence is one live correlation id.
 type sequence struct {
-	key      seqKey
-	lane     *lane // nil while in the backlog
-	slot     int
-	proc     *stubProc // the stub that holds its state, once known
-	queue    []*pending
-	inflight bool
-	last     time.Time
-	ended    bool // its END request arrived; it leaves once drained
+	key     seqKey
+	lane    *lane // nil while in the backlog
+	slot    int
+	proc    *stubProc // the stub that holds its state, once known
+	queue   []*pending
+	running *pending // the request the instance has, nil when none
+	last    time.Time
+	ended   bool // its END request arrived; it leaves once drained
 }
 
 // lane is one instance's slots.
@@ -117,11 +126,12 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 		return nil, backendapi.Errorf(backendapi.Unsupported, "model '%s': implicit sequence state (sequence_batching.state) is not supported; keep the state in the model", mv.name)
 	}
 	s := &sequenceBatcher{
-		mv:    mv,
-		idle:  time.Duration(sb.GetMaxSequenceIdleMicroseconds()) * time.Microsecond,
-		seqs:  map[seqKey]*sequence{},
-		tomb:  map[seqKey]string{},
-		stopc: make(chan struct{}),
+		mv:        mv,
+		idle:      time.Duration(sb.GetMaxSequenceIdleMicroseconds()) * time.Microsecond,
+		seqs:      map[seqKey]*sequence{},
+		tomb:      map[seqKey]string{},
+		stopc:     make(chan struct{}),
+		iterative: sb.GetIterativeSequence(),
 	}
 	if s.idle <= 0 {
 		s.idle = time.Second
@@ -184,28 +194,31 @@ func boolByte(b bool) byte {
 func (s *sequenceBatcher) enqueue(pr *pending) error {
 	req := pr.req
 	m := s.mv.name
-	if req.CorrelationID.IsZero() {
+	if req.CorrelationID.IsZero() && !s.iterative {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify a non-zero or non-empty correlation ID", m)
 	}
 	if s.mv.sig.maxBatch > 0 && pr.batch != 1 {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", m)
 	}
-	key := keyOf(req.CorrelationID)
-	start := req.Flags&backendapi.FlagSequenceStart != 0
-	end := req.Flags&backendapi.FlagSequenceEnd != 0
-	inputs, err := s.controlInputs(req.CorrelationID, start, end, true)
-	if err != nil {
-		return err
-	}
-	nr := *req
-	nr.Inputs = append(append(make([]backendapi.InputTensor, 0, len(req.Inputs)+len(inputs)), req.Inputs...), inputs...)
-	pr.req = &nr
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
 		return backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", m, s.mv.version)
 	}
+	nr := *req
+	if nr.CorrelationID.IsZero() {
+		nr.CorrelationID, nr.Flags = s.newID(), nr.Flags|backendapi.FlagSequenceStart
+	}
+	key := keyOf(nr.CorrelationID)
+	start := nr.Flags&backendapi.FlagSequenceStart != 0
+	end := nr.Flags&backendapi.FlagSequenceEnd != 0
+	inputs, err := s.controlInputs(nr.CorrelationID, start, end, true)
+	if err != nil {
+		return err
+	}
+	nr.Inputs = append(append(make([]backendapi.InputTensor, 0, len(req.Inputs)+len(inputs)), req.Inputs...), inputs...)
+	pr.req = &nr
 	if s.lanes == nil {
 		for _, inst := range s.mv.instances {
 			s.lanes = append(s.lanes, &lane{inst: inst, slots: make([]*sequence, s.slots)})
@@ -230,14 +243,36 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 	seq.queue = append(seq.queue, pr)
 	seq.last = time.Now()
 	if end {
-		seq.ended = true
-		delete(s.seqs, key)
-		s.bury(key, "the sequence ended with an earlier request that had the END flag")
+		s.end(seq, "the sequence ended with an earlier request that had the END flag")
 	}
 	if seq.lane != nil {
 		s.pump(seq.lane)
 	}
 	return nil
+}
+
+// newID picks a correlation id for an iterative sequence that came
+// without one, as Triton does: the next number no live sequence uses.
+// Called with s.mu held.
+func (s *sequenceBatcher) newID() backendapi.CorrelationID {
+	for {
+		s.lastID++
+		id := backendapi.CorrelationID{Uint: s.lastID}
+		if _, live := s.seqs[keyOf(id)]; !live && !id.IsZero() {
+			return id
+		}
+	}
+}
+
+// end stops seq from taking requests: later ones for its id are refused,
+// saying why, and it leaves its slot once its queue drains. Called with
+// s.mu held.
+func (s *sequenceBatcher) end(seq *sequence, why string) {
+	seq.ended = true
+	if s.seqs[seq.key] == seq {
+		delete(s.seqs, seq.key)
+		s.bury(seq.key, why)
+	}
 }
 
 // controlInputs builds the control tensors of one request. A zero id
@@ -376,7 +411,7 @@ func (s *sequenceBatcher) pump(l *lane) {
 		cur := l.inst.currentProc()
 		var heads []*sequence
 		for _, seq := range l.slots {
-			if seq == nil || seq.inflight || len(seq.queue) == 0 {
+			if seq == nil || seq.running != nil || len(seq.queue) == 0 {
 				continue
 			}
 			if seq.proc != nil && (seq.proc != cur || !cur.alive()) {
@@ -408,15 +443,21 @@ func (s *sequenceBatcher) pump(l *lane) {
 			if seq.proc == nil {
 				seq.proc = cur
 			}
+			seq.running = seq.queue[0]
 			seq.queue = seq.queue[1:]
-			seq.inflight = true
 		}
 		l.outstanding++
+		b := &batch{items: items}
+		var handedBack chan *pending
+		if s.iterative {
+			handedBack = make(chan *pending, len(items))
+			b.requeue = func(pr *pending) { s.requeue(members, handedBack, pr) }
+		}
 		// direct holds at most mv.pipelineDepth of this lane's batches, far
 		// below its capacity, so the send does not block.
-		l.inst.direct <- &batch{items: items}
+		l.inst.direct <- b
 		s.wg.Add(1)
-		go s.await(l, items, members)
+		go s.await(l, items, handedBack, members)
 	}
 }
 
@@ -505,25 +546,57 @@ func (s *sequenceBatcher) lose(seq *sequence) {
 		go s.mv.finish(pr, nil, err, true)
 	}
 	seq.queue = nil
-	if s.seqs[seq.key] == seq {
-		delete(s.seqs, seq.key)
-		s.bury(seq.key, why)
-	}
-	seq.ended = true
-	if !seq.inflight {
+	s.end(seq, why)
+	if seq.running == nil {
 		s.release(seq)
 	}
 }
 
-// await waits for a batch's requests to end, then lets each sequence send
-// its next request.
-func (s *sequenceBatcher) await(l *lane, items []*pending, members []*sequence) {
+// requeue puts a request the model handed back at the head of its
+// sequence, to run again once the batch it came in has settled, and tells
+// that batch's await. Called by the stub process that ran it.
+func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *pending, pr *pending) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		s.mv.finish(pr, nil, s.unloaded(), true)
+		return
+	}
+	defer s.mu.Unlock()
+	i := slices.IndexFunc(members, func(seq *sequence) bool { return seq.running == pr })
+	if i < 0 {
+		return // a filler: the stub does not hand those back
+	}
+	// As in Triton, the request runs on as neither the start nor the end
+	// of its sequence. pr.req is the batcher's own copy (enqueue).
+	pr.req.Flags &^= backendapi.FlagSequenceStart | backendapi.FlagSequenceEnd
+	ctrl, _ := s.controlInputs(pr.req.CorrelationID, false, false, true) // the id encoded before
+	copy(pr.req.Inputs[len(pr.req.Inputs)-len(ctrl):], ctrl)
+	members[i].queue = slices.Insert(members[i].queue, 0, pr)
+	handedBack <- pr // buffered for every request of the batch
+}
+
+func (s *sequenceBatcher) unloaded() error {
+	return backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", s.mv.name)
+}
+
+// await waits until each request of a batch ended or was handed back
+// (requeue), then lets each sequence send its next request. An iterative
+// sequence whose request ended is over.
+func (s *sequenceBatcher) await(l *lane, items []*pending, handedBack <-chan *pending, members []*sequence) {
 	defer s.wg.Done()
+	var back []*pending
+settle:
 	for _, pr := range items {
-		select {
-		case <-pr.done:
-		case <-s.stopc:
-			return
+		for !slices.Contains(back, pr) {
+			select {
+			case <-pr.done:
+				continue settle
+			case h := <-handedBack:
+				back = append(back, h)
+			case <-s.stopc:
+				return
+			}
 		}
 	}
 	now := time.Now()
@@ -531,7 +604,10 @@ func (s *sequenceBatcher) await(l *lane, items []*pending, members []*sequence) 
 	defer s.mu.Unlock()
 	l.outstanding--
 	for _, seq := range members {
-		seq.inflight = false
+		if s.iterative && !slices.Contains(back, seq.running) {
+			s.end(seq, "its request completed, which ends an iterative sequence")
+		}
+		seq.running = nil
 		seq.last = now
 		if seq.ended && len(seq.queue) == 0 && seq.lane == l {
 			s.release(seq)
@@ -552,7 +628,7 @@ func (s *sequenceBatcher) reap() {
 		case now := <-tick.C:
 			s.mu.Lock()
 			for _, seq := range s.seqs {
-				if seq.inflight || len(seq.queue) > 0 {
+				if seq.running != nil || len(seq.queue) > 0 {
 					continue
 				}
 				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.currentProc() || !seq.proc.alive()) {
@@ -561,8 +637,7 @@ func (s *sequenceBatcher) reap() {
 				}
 				if now.Sub(seq.last) > s.idle {
 					s.mv.sup.log.Info("sequence reclaimed after being idle", "model", s.mv.name, "sequence", seq.key.String(), "idle", s.idle)
-					delete(s.seqs, seq.key)
-					s.bury(seq.key, fmt.Sprintf("the sequence was reclaimed after being idle for longer than max_sequence_idle_microseconds (%d)", s.idle.Microseconds()))
+					s.end(seq, fmt.Sprintf("the sequence was reclaimed after being idle for longer than max_sequence_idle_microseconds (%d)", s.idle.Microseconds()))
 					s.release(seq)
 				}
 			}
@@ -605,7 +680,7 @@ func (s *sequenceBatcher) stop() {
 	s.mu.Unlock()
 	close(s.stopc)
 	s.wg.Wait()
-	err := backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", s.mv.name)
+	err := s.unloaded()
 	for _, pr := range waiting {
 		s.mv.finish(pr, nil, err, true)
 	}

@@ -636,7 +636,8 @@ class Host:
             self._free_owned([t[4] for r in out for t in r[3] if t[5] and t[3] == _ARENA1])
             self._fail_batch(batch_id, requests, exc)
             return
-        self._send([_K_EXECUTE_DONE, batch_id, None, out])
+        again = [r._handle for r in requests if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
+        self._send([_K_EXECUTE_DONE, batch_id, None, out, again] if again else [_K_EXECUTE_DONE, batch_id, None, out])
         if self._cancelled and not self.decoupled:
             for req in requests:
                 self._cancelled.discard(req._handle)

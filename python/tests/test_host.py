@@ -205,6 +205,16 @@ class ExecuteTest(StubTest):
         done = stub2.expect(K.KIND_EXECUTE_DONE)
         self.assertEqual(done[3][0][3], [["OUTPUT0", 11, [0], ipc.LOC_NONE, 0, 0]])
 
+    def test_rescheduled_requests_are_listed(self):
+        stub = self.loaded("behaviours", models=TEST_MODELS)
+        stub.execute([stub.request(h, [], params={"mode": "reschedule"}) for h in (5, 6, 7, 8)])
+        done = stub.expect(K.KIND_EXECUTE_DONE)
+        self.assertEqual([r[0] for r in done[3]], [5, 7])
+        self.assertEqual(done[4], [6, 8])
+        # Without a rescheduled request the message keeps its short form.
+        stub.execute([stub.request(9, [], params={"mode": "reschedule"})])
+        self.assertEqual(len(stub.expect(K.KIND_EXECUTE_DONE)), 4)
+
     def test_execute_raises_fails_batch(self):
         stub = self.loaded("execute_raises")
         batch = stub.execute([stub.request(1, [stub.tensor("INPUT0", 11, np.ones(1))]),

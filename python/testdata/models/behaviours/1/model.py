@@ -65,6 +65,17 @@ class TritonPythonModel:
         data = np.array([text.encode()], dtype=np.object_)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]) for _ in requests]
 
+    def mode_reschedule(self, requests):
+        # Every odd request goes back to the scheduler; the others answer.
+        out = []
+        for i, r in enumerate(requests):
+            if i % 2:
+                r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+                out.append(None)
+            else:
+                out.append(respond(i))
+        return out
+
     def mode_dict(self, requests):
         return {"not": "a list"}
 
