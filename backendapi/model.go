@@ -89,6 +89,13 @@ type ModelRequest struct {
 	Parameters string
 	// Timeout is the client's timeout, 0 when it set none.
 	Timeout time.Duration
+	// Reschedule, set by Execute, hands the request back to run again in
+	// a later batch instead of ending it (Triton's
+	// TRITONSERVER_REQUEST_RELEASE_RESCHEDULE); only a model under
+	// sequence_batching with iterative_sequence may, others fail the
+	// request. A model that is not decoupled returns a zero
+	// ModelResponse for it, which is dropped.
+	Reschedule bool
 
 	env RequestEnv
 }

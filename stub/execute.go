@@ -233,12 +233,18 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		return
 	}
 	returned := h.callExecute(reqs)
+	var again []uint64
+	for i, r := range reqs {
+		if r.Reschedule {
+			again = append(again, envs[i].handle)
+		}
+	}
 	if h.decoupled {
 		if returned != nil {
 			h.failBatch(m.BatchID, envs, fmt.Errorf("Go model '%s' is using the decoupled mode and Execute must return nil", h.instance))
 			return
 		}
-		h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID})
+		h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID, Rescheduled: again})
 		return
 	}
 	if len(returned) != len(reqs) {
@@ -247,13 +253,17 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 	}
 	out := make([]ipc.Response, 0, len(envs))
 	for i, env := range envs {
+		if reqs[i].Reschedule {
+			env.drop() // it runs again: this execute has no answer for it
+			continue
+		}
 		w, err := env.wire(returned[i], ipc.FlagFinal)
 		if err != nil {
 			continue // answered through Send already
 		}
 		out = append(out, w)
 	}
-	h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID, Responses: out})
+	h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID, Responses: out, Rescheduled: again})
 	h.cancelMu.Lock()
 	if len(h.cancelled) > 0 {
 		for _, env := range envs {

@@ -48,7 +48,7 @@ var roles = map[string]backendapi.Model{
 }
 
 // echoModel copies IN0 to OUT0 and OUT1 (both fixed-size); IN0[0] == -1
-// makes it panic.
+// makes it panic, and -2 hands the request back for rescheduling.
 type echoModel struct {
 	initErr error
 	args    map[string]string
@@ -66,6 +66,11 @@ func (m *echoModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelR
 		}
 		if len(in.Data) >= 4 && int32(binary.LittleEndian.Uint32(in.Data)) == -1 {
 			panic("echo: IN0[0] == -1")
+		}
+		if len(in.Data) >= 4 && int32(binary.LittleEndian.Uint32(in.Data)) == -2 {
+			_, _ = r.Output("OUT0", in.DataType, in.Shape) // dropped with the answer
+			r.Reschedule = true
+			continue
 		}
 		for _, name := range []string{"OUT0", "OUT1"} {
 			out, err := r.Output(name, in.DataType, in.Shape)
@@ -402,6 +407,25 @@ func TestExecute(t *testing.T) {
 			}
 		})
 	}
+	t.Run("rescheduled", func(t *testing.T) {
+		p.t = t
+		keep, back := p.input("IN0", 5), p.input("IN0", -2)
+		p.send(&ipc.ExecuteMsg{BatchID: 200, Requests: []ipc.Request{
+			{Handle: 8, CorrelationID: uint64(3), Inputs: []ipc.Tensor{keep}, ParametersJSON: "{}"},
+			{Handle: 9, CorrelationID: uint64(4), Inputs: []ipc.Tensor{back}, ParametersJSON: "{}"},
+		}})
+		done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+		if !ok || done.Error != nil || len(done.Responses) != 1 || done.Responses[0].Handle != 8 || fmt.Sprint(done.Rescheduled) != "[9]" {
+			t.Fatalf("ExecuteDone = %+v, want an answer for 8 and 9 handed back", done)
+		}
+		p.release(done.Responses[0])
+		p.stubInUse(0) // the handed-back request's output went with it
+		for _, in := range []ipc.Tensor{keep, back} {
+			if err := p.conn.Free(in.Offset); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 	p.t = t
 	p.finalize()
 }
