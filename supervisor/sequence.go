@@ -557,16 +557,13 @@ func (s *sequenceBatcher) lose(seq *sequence) {
 // that batch's await. Called by the stub process that ran it.
 func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *pending, pr *pending) {
 	s.mu.Lock()
-	if s.stopped {
+	i := slices.IndexFunc(members, func(seq *sequence) bool { return seq.running == pr })
+	if s.stopped || i < 0 { // i < 0: not a request of this batch's sequences (a filler)
 		s.mu.Unlock()
 		s.mv.finish(pr, nil, s.unloaded(), true)
 		return
 	}
 	defer s.mu.Unlock()
-	i := slices.IndexFunc(members, func(seq *sequence) bool { return seq.running == pr })
-	if i < 0 {
-		return // a filler: the stub does not hand those back
-	}
 	// As in Triton, the request runs on as neither the start nor the end
 	// of its sequence. pr.req is the batcher's own copy (enqueue).
 	pr.req.Flags &^= backendapi.FlagSequenceStart | backendapi.FlagSequenceEnd
