@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-race test-python vet deps proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
+.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
 
 all: build
 
@@ -17,6 +17,14 @@ deps:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+# deps-bench installs the FastAPI yardstick of bench-http (Debian packages).
+deps-bench: deps
+	@$(PYTHON) -c 'import fastapi, uvicorn, uvloop, httptools' 2>/dev/null || { \
+		echo "installing: python3-fastapi python3-uvicorn python3-uvloop python3-httptools"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+			python3-fastapi python3-uvicorn python3-uvloop python3-httptools; }
 
 build:
 	$(GO) build -o $(BIN)/stubvisor ./cmd/stubvisor
@@ -53,8 +61,8 @@ bench-ipc:
 bench-stub:
 	$(GO) run ./cmd/stubvisor-bench stub
 
-bench-http: build
-	$(GO) run ./cmd/stubvisor-bench http
+bench-http: deps-bench build
+	$(GO) run ./cmd/stubvisor-bench http --python $(PYTHON)
 
 bench-grpc: build
 	$(GO) run ./cmd/stubvisor-bench grpc

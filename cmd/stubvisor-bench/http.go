@@ -1,11 +1,15 @@
 package main
 
 // The http benchmark: KServe v2 HTTP infer against bin/stubvisor with N
-// keep-alive connections (one goroutine each), next to a yardstick: a
-// plain net/http handler on the same machine that reads the same request
-// bodies and writes back the bodies stubvisor answered with. The ratio of
-// the two is what the targets are about; the yardstick absorbs the
-// machine's HTTP and loopback cost.
+// keep-alive connections (one goroutine each), next to two yardsticks
+// (http_yardsticks.go): a FastAPI server doing the same models' work
+// in-process, what a Python user would write instead, and the floor, a
+// plain net/http handler that reads the same request bodies and writes
+// back the bodies stubvisor answered with. The ratios are what the
+// targets are about; the floor absorbs the machine's HTTP and loopback
+// cost. Every line also prints the CPU time per request of the server's
+// process tree (server and stubs, uvicorn and its workers), which the
+// machine's noise disturbs far less than throughput.
 
 import (
 	"bytes"
@@ -15,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,12 +56,20 @@ type httpCase struct {
 
 func httpCases() ([]httpCase, error) {
 	vals := make([]float32, 16)
+	strs := make([]string, 16)
 	for i := range vals {
 		vals[i] = float32(i) + 0.5
+		strs[i] = fmt.Sprintf("string-%02d", i)
 	}
 	addSub, err := json.Marshal(map[string]any{"inputs": []map[string]any{
 		{"name": "INPUT0", "shape": []int{16}, "datatype": "FP32", "data": vals},
 		{"name": "INPUT1", "shape": []int{16}, "datatype": "FP32", "data": vals},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	strings16, err := json.Marshal(map[string]any{"inputs": []map[string]any{
+		{"name": "INPUT_STRING", "shape": []int{16}, "datatype": "BYTES", "data": strs},
 	}})
 	if err != nil {
 		return nil, err
@@ -83,22 +94,34 @@ func httpCases() ([]httpCase, error) {
 	return []httpCase{
 		{"add_sub-16xFP32-json-c1", 1, "/v2/models/add_sub/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c16", 16, "/v2/models/add_sub/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c64", 64, "/v2/models/add_sub/infer", addSub, jsonHdr},
+		{"identity-16xBYTES-json-c16", 16, "/v2/models/identity_all/infer", strings16, jsonHdr},
 		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
 	}, nil
+}
+
+// httpTarget is one server a case is run against: its base URL and the
+// pid whose process tree's CPU time it costs.
+type httpTarget struct {
+	name string
+	url  string
+	pid  int
 }
 
 func runHTTPBench(args []string) error {
 	fs := flag.NewFlagSet("http", flag.ContinueOnError)
 	duration := fs.Duration("duration", 2*time.Second, "measured time per case and round")
-	rounds := fs.Int("rounds", 3, "rounds per case, alternating stubvisor and the yardstick; medians are printed")
+	rounds := fs.Int("rounds", 3, "rounds per case, alternating stubvisor and the yardsticks; medians are printed")
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
+	workers := fs.Int("fastapi-workers", 2, "uvicorn workers of the FastAPI yardstick (0 leaves it out)")
 	sf := addServerFlags(fs)
 	only := fs.String("case", "", "run only the cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	env, err := newBenchEnv("http", sf,
-		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""})
+		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""},
+		benchModel{"identity_all", "identity_all", ""})
 	if err != nil {
 		return err
 	}
@@ -108,6 +131,13 @@ func runHTTPBench(args []string) error {
 		return err
 	}
 	defer srv.stop()
+	var fastapi *yardProc
+	if *workers > 0 {
+		if fastapi, err = startFastAPI(env.python, *workers); err != nil {
+			return err
+		}
+		defer fastapi.stop()
+	}
 
 	cases, err := httpCases()
 	if err != nil {
@@ -117,32 +147,58 @@ func runHTTPBench(args []string) error {
 		if *only != "" && !strings.Contains(c.name, *only) {
 			continue
 		}
-		// The yardstick answers with exactly what stubvisor answered.
-		canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.url(), c)
-		if err != nil {
+		if err := runHTTPCase(c, srv, fastapi, *rounds, *warmup, *duration); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
 		}
-		yBase, stopY, err := startHTTPYardstick(canned, cannedHdr)
-		if err != nil {
-			return err
-		}
-		s, y, ratio, err := alternate(*rounds,
-			func() (Stats, error) { return loadHTTP(srv.url(), c, *warmup, *duration) },
-			func() (Stats, error) { return loadHTTP(yBase, c, *warmup, *duration) })
-		stopY()
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		printHTTP(c.name, s)
-		printHTTP("yardstick-"+c.name, y)
-		fmt.Printf("http ratio %s/yardstick=%.3f\n", c.name, ratio)
 	}
 	return nil
 }
 
+// runHTTPCase runs one case against stubvisor, the FastAPI yardstick (when
+// running) and the floor in alternating rounds and prints their medians
+// and stubvisor's median ratios to each.
+func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, rounds int, warmup, d time.Duration) error {
+	// The floor answers with exactly what stubvisor answered.
+	canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.url(), c)
+	if err != nil {
+		return err
+	}
+	floor, err := startHTTPFloor(canned, cannedHdr)
+	if err != nil {
+		return err
+	}
+	defer floor.stop()
+	targets := []httpTarget{{"", srv.url(), srv.cmd.Process.Pid}}
+	if fastapi != nil {
+		if _, _, err := httpOnce(http.DefaultClient, fastapi.url, c); err != nil {
+			return fmt.Errorf("fastapi: %w", err)
+		}
+		targets = append(targets, httpTarget{"fastapi-", fastapi.url, fastapi.pid()})
+	}
+	targets = append(targets, httpTarget{"floor-", floor.url, floor.pid()})
+	sides := make([]func() (Stats, error), len(targets))
+	for i, t := range targets {
+		sides[i] = func() (Stats, error) { return loadHTTP(t.url, t.pid, c, warmup, d) }
+	}
+	medians, ratios, err := alternateAll(rounds, sides)
+	if err != nil {
+		return err
+	}
+	line := "http ratio " + c.name
+	for i, t := range targets {
+		printHTTP(t.name+c.name, medians[i])
+		if i > 0 {
+			line += fmt.Sprintf(" vs_%s=%.3f", strings.TrimSuffix(t.name, "-"), ratios[i])
+		}
+	}
+	fmt.Println(line)
+	return nil
+}
+
 func printHTTP(name string, s Stats) {
-	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f\n", name, s.PerSecond,
-		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond))
+	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f cpu_us_per_req=%.1f\n", name, s.PerSecond,
+		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond),
+		float64(s.CPUPerOp)/float64(time.Microsecond))
 }
 
 // httpOnce sends the case's request once and returns the 200 response.
@@ -168,8 +224,9 @@ func httpOnce(cl *http.Client, base string, c httpCase) ([]byte, http.Header, er
 }
 
 // loadHTTP replays the case from c.conns goroutines, each on its own
-// keep-alive connection, for warmup (unmeasured) and then d.
-func loadHTTP(base string, c httpCase, warmup, d time.Duration) (Stats, error) {
+// keep-alive connection, for warmup (unmeasured) and then d, and charges
+// the CPU time pid's process tree used while measured to the requests.
+func loadHTTP(base string, pid int, c httpCase, warmup, d time.Duration) (Stats, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: c.conns, MaxConnsPerHost: c.conns, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	cl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -181,6 +238,11 @@ func loadHTTP(base string, c httpCase, warmup, d time.Duration) (Stats, error) {
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	cpu0 := make(chan time.Duration, 1)
+	go func() {
+		time.Sleep(time.Until(measureFrom))
+		cpu0 <- treeCPU(pid)
+	}()
 	for range c.conns {
 		wg.Add(1)
 		go func() {
@@ -223,33 +285,13 @@ func loadHTTP(base string, c httpCase, warmup, d time.Duration) (Stats, error) {
 		}()
 	}
 	wg.Wait()
+	cpu := treeCPU(pid) - <-cpu0
 	if firstErr != nil {
 		return Stats{}, firstErr
 	}
-	return summarize(samples, len(samples), time.Since(measureFrom)), nil
-}
-
-// startHTTPYardstick serves a handler that reads each request body in full
-// and answers with body and the headers stubvisor sent.
-func startHTTPYardstick(body []byte, h http.Header) (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
+	s := summarize(samples, len(samples), time.Since(measureFrom))
+	if len(samples) > 0 {
+		s.CPUPerOp = cpu / time.Duration(len(samples))
 	}
-	ct, ihl := h.Get("Content-Type"), h.Get("Inference-Header-Content-Length")
-	var pool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		buf := pool.Get().(*bytes.Buffer)
-		buf.Reset()
-		_, _ = buf.ReadFrom(r.Body)
-		pool.Put(buf)
-		w.Header().Set("Content-Type", ct)
-		if ihl != "" {
-			w.Header().Set("Inference-Header-Content-Length", ihl)
-		}
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		_, _ = w.Write(body)
-	})}
-	go func() { _ = hs.Serve(l) }()
-	return "http://" + l.Addr().String(), func() { _ = hs.Close() }, nil
+	return s, nil
 }

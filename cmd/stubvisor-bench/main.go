@@ -108,6 +108,7 @@ func repoRoot() (string, error) {
 type Stats struct {
 	P50, P99  time.Duration
 	PerSecond float64
+	CPUPerOp  time.Duration // CPU time of the server's processes per operation, when measured
 }
 
 // summarize sorts samples (per-operation durations) and returns their
@@ -146,6 +147,35 @@ func alternate(rounds int, a, b func() (Stats, error)) (sa, sb Stats, ratio floa
 	slices.SortFunc(bs, byRate)
 	slices.Sort(ratios)
 	return as[len(as)/2], bs[len(bs)/2], ratios[len(ratios)/2], nil
+}
+
+// alternateAll measures every side in turn, rounds times, and returns for
+// each the round with its median rate, and the median per-round ratio of
+// side 0's rate to each side's (ratios[0] is 1).
+func alternateAll(rounds int, sides []func() (Stats, error)) (medians []Stats, ratios []float64, err error) {
+	runs := make([][]Stats, len(sides))
+	perRound := make([][]float64, len(sides))
+	for range max(rounds, 1) {
+		var first Stats
+		for i, side := range sides {
+			s, err := side()
+			if err != nil {
+				return nil, nil, err
+			}
+			if i == 0 {
+				first = s
+			}
+			runs[i] = append(runs[i], s)
+			perRound[i] = append(perRound[i], first.PerSecond/s.PerSecond)
+		}
+	}
+	for i := range sides {
+		slices.SortFunc(runs[i], func(x, y Stats) int { return cmp.Compare(x.PerSecond, y.PerSecond) })
+		slices.Sort(perRound[i])
+		medians = append(medians, runs[i][len(runs[i])/2])
+		ratios = append(ratios, perRound[i][len(perRound[i])/2])
+	}
+	return medians, ratios, nil
 }
 
 // printCase prints the one line a case reports.
