@@ -31,7 +31,7 @@ build:
 
 # The example repository also holds models that fail on purpose (for the
 # tests); run loads the ones that serve.
-RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat
+RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat token_gen
 
 run: deps build
 	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON) \

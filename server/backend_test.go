@@ -276,8 +276,16 @@ func (b *testBackend) Infer(_ context.Context, req *backendapi.InferRequest) (*b
 	return resp, nil
 }
 
-func (b *testBackend) InferStream(context.Context, *backendapi.InferRequest, func(*backendapi.InferResponse, error, bool)) error {
-	return backendapi.Errorf(backendapi.Unsupported, "streaming is not used by the HTTP front end")
+// InferStream answers like Infer, with one final response (the generate
+// extension uses it for every model).
+func (b *testBackend) InferStream(ctx context.Context, req *backendapi.InferRequest, send func(*backendapi.InferResponse, error, bool)) error {
+	resp, err := b.Infer(ctx, req)
+	if err != nil {
+		return err
+	}
+	send(resp, nil, true)
+	resp.Release()
+	return nil
 }
 
 func (b *testBackend) RepositoryIndex(_ context.Context, readyOnly bool) ([]backendapi.ModelIndexEntry, error) {

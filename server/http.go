@@ -126,11 +126,7 @@ func (s *Server) routeModel(w http.ResponseWriter, r *http.Request, rest string)
 	case "trace/setting":
 		s.handleTrace(w, r)
 	case "generate", "generate_stream":
-		if r.Method != http.MethodPost {
-			writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
-			return true
-		}
-		writeError(w, backendapi.Errorf(backendapi.Unsupported, "the generate extension is not supported"))
+		s.handleGenerate(w, r, model, version, kind == "generate_stream")
 	}
 	return true
 }

@@ -116,7 +116,7 @@ func TestRouting(t *testing.T) {
 		{"global trace", "POST", "/v2/trace/setting", 503, errorBody("the server does not support tracing")},
 		{"trace wrong method", "DELETE", "/v2/trace/setting", 405, errorBody("Method Not Allowed")},
 		{"infer wrong method", "GET", "/v2/models/add_sub/infer", 405, errorBody("Method Not Allowed")},
-		{"generate", "POST", "/v2/models/add_sub/generate", 501, errorBody("the generate extension is not supported")},
+		{"generate wrong method", "GET", "/v2/models/add_sub/generate", 405, errorBody("Method Not Allowed")},
 		{"model ready", "GET", "/v2/models/add_sub/ready", 200, ""},
 		{"model version ready", "GET", "/v2/models/add_sub/versions/1/ready", 200, ""},
 		{"model version not ready", "GET", "/v2/models/add_sub/versions/2/ready", 400, errorBody("Model version not ready")},

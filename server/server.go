@@ -40,6 +40,7 @@ var DefaultExtensions = []string{
 	"parameters",
 	"statistics",
 	"logging",
+	"generate",
 }
 
 // Options configures a Server. The zero value is usable.

@@ -121,7 +121,7 @@ func runHTTPBench(args []string) error {
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""},
-		benchModel{"identity_all", "identity_all", ""})
+		benchModel{"identity_all", "identity_all", ""}, benchModel{"token_gen", "token_gen", ""})
 	if err != nil {
 		return err
 	}
@@ -149,6 +149,11 @@ func runHTTPBench(args []string) error {
 		}
 		if err := runHTTPCase(c, srv, fastapi, *rounds, *warmup, *duration); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	if *only == "" || strings.Contains("generate_stream-64tokens-c16", *only) {
+		if err := runStreamCase(env, srv, *rounds, *warmup, *duration); err != nil {
+			return fmt.Errorf("generate_stream: %w", err)
 		}
 	}
 	return nil

@@ -1,0 +1,266 @@
+package main
+
+// The generate extension end to end: testdata/models/token_gen (a decoupled
+// Python token generator) behind the built binary, read by curl, whose
+// streaming output (-N) is what a user pipes into their tools.
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sseEvent is one Server-Sent Event as curl received it: the data field.
+type sseEvent struct {
+	Data string
+}
+
+// sseStream is a curl process reading a generate_stream answer.
+type sseStream struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	headers string // file curl writes the response headers to
+	events  chan sseEvent
+	exited  chan struct{}
+	waitErr error
+	junk    []string // lines that are neither data fields nor event ends
+}
+
+// curlSSE POSTs body to path with curl -N and parses what it prints into
+// events as they arrive.
+func curlSSE(t *testing.T, s *server, path, body string) *sseStream {
+	t.Helper()
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("the generate_stream tests read the stream with curl")
+	}
+	st := &sseStream{t: t, headers: filepath.Join(t.TempDir(), "headers"),
+		events: make(chan sseEvent, 1024), exited: make(chan struct{})}
+	st.cmd = exec.Command(curl, "-sS", "-N", "-X", "POST", "-H", "Accept: text/event-stream",
+		"-H", "Content-Type: application/json", "-D", st.headers, "--data-binary", body, s.HTTP+path)
+	out, err := st.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.kill() })
+	go func() {
+		defer close(st.exited)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var data []string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "data: "):
+				data = append(data, strings.TrimPrefix(line, "data: "))
+			case line == "" && data != nil:
+				st.events <- sseEvent{Data: strings.Join(data, "\n")}
+				data = nil
+			default:
+				st.junk = append(st.junk, line)
+			}
+		}
+		if data != nil {
+			st.junk = append(st.junk, "unterminated event: "+strings.Join(data, "\n"))
+		}
+		st.waitErr = st.cmd.Wait()
+		close(st.events)
+	}()
+	return st
+}
+
+// next returns the next event, or ok=false when the stream ended.
+func (st *sseStream) next() (map[string]any, bool) {
+	st.t.Helper()
+	select {
+	case ev, ok := <-st.events:
+		if !ok {
+			return nil, false
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ev.Data), &m); err != nil {
+			st.t.Fatalf("event data is not a JSON object: %v: %q", err, ev.Data)
+		}
+		return m, true
+	case <-time.After(60 * time.Second):
+		st.t.Fatal("no event within 60s")
+		return nil, false
+	}
+}
+
+// all reads the rest of the stream and checks that curl succeeded and
+// printed nothing but events.
+func (st *sseStream) all() []map[string]any {
+	st.t.Helper()
+	var out []map[string]any
+	for {
+		m, ok := st.next()
+		if !ok {
+			break
+		}
+		out = append(out, m)
+	}
+	<-st.exited
+	if st.waitErr != nil {
+		st.t.Fatalf("curl: %v", st.waitErr)
+	}
+	if len(st.junk) > 0 {
+		st.t.Fatalf("stream has lines outside events: %q", st.junk)
+	}
+	return out
+}
+
+// status returns the status line and Content-Type curl received.
+func (st *sseStream) status() (string, string) {
+	st.t.Helper()
+	b, err := os.ReadFile(st.headers)
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	lines := strings.Split(strings.ReplaceAll(string(b), "\r", ""), "\n")
+	ctype := ""
+	for _, l := range lines[1:] {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, "Content-Type") {
+			ctype = strings.TrimSpace(v)
+		}
+	}
+	return lines[0], ctype
+}
+
+func (st *sseStream) kill() {
+	if st.cmd.Process != nil {
+		_ = st.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-st.exited
+}
+
+// tokens returns the text_output of each event, failing on any other kind.
+func tokens(t *testing.T, evs []map[string]any) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range evs {
+		tok, ok := ev["text_output"].(string)
+		if !ok || ev["model_name"] != "token_gen" || ev["model_version"] != "1" {
+			t.Fatalf("event %v is not a token_gen response", ev)
+		}
+		out = append(out, tok)
+	}
+	return out
+}
+
+func TestGenerate(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "token_gen"))
+
+	t.Run("stream", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"text_input":"the quick fox","max_tokens":5,"id":"r1"}`)
+		evs := st.all()
+		if got := strings.Join(tokens(t, evs), ""); got != "the quick fox the quick " {
+			t.Fatalf("streamed text %q", got)
+		}
+		for _, ev := range evs {
+			if ev["id"] != "r1" {
+				t.Errorf("event %v lacks the request id", ev)
+			}
+		}
+		line, ctype := st.status()
+		if !strings.Contains(line, " 200") || ctype != "text/event-stream; charset=utf-8" {
+			t.Fatalf("status %q, Content-Type %q", line, ctype)
+		}
+	})
+	t.Run("events arrive as the model sends them", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/versions/1/generate_stream", `{"text_input":"a","max_tokens":3,"delay_ms":400}`)
+		if _, ok := st.next(); !ok {
+			t.Fatal("no first event")
+		}
+		select {
+		case <-st.exited:
+			t.Fatal("the first event came only with the end of the stream")
+		default:
+		}
+		if n := len(st.all()); n != 2 {
+			t.Fatalf("%d more events, want 2", n)
+		}
+	})
+	t.Run("error mid-stream", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"text_input":"x y","max_tokens":5,"fail_after":2}`)
+		evs := st.all()
+		if len(evs) != 3 || evs[2]["error"] != "token_gen: failed after 2 tokens" || len(evs[2]) != 1 {
+			t.Fatalf("events %v", evs)
+		}
+		if got := strings.Join(tokens(t, evs[:2]), ""); got != "x y " {
+			t.Fatalf("tokens before the error %q", got)
+		}
+		if line, _ := st.status(); !strings.Contains(line, " 200") {
+			t.Fatalf("status %q: an error after the first event keeps 200", line)
+		}
+	})
+	t.Run("error first sets the status", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"text_input":"x","fail_after":0}`)
+		evs := st.all()
+		if len(evs) != 1 || evs[0]["error"] != "token_gen: failed after 0 tokens" {
+			t.Fatalf("events %v", evs)
+		}
+		if line, ctype := st.status(); !strings.Contains(line, " 500") || ctype != "text/event-stream; charset=utf-8" {
+			t.Fatalf("status %q, Content-Type %q", line, ctype)
+		}
+	})
+	t.Run("no responses is an empty stream", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"text_input":"x","max_tokens":0}`)
+		if evs := st.all(); len(evs) != 0 {
+			t.Fatalf("events %v", evs)
+		}
+	})
+	t.Run("request errors are JSON", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"max_tokens":2}`)
+		if _, ok := st.next(); ok {
+			t.Fatal("an event for a request that failed before inference")
+		}
+		<-st.exited
+		const want = `{"error":"expected 1 inputs but got 0 inputs for model 'token_gen'. Got input(s) [], but missing required input(s) ['text_input']. Please provide all required input(s)."}`
+		if strings.Join(st.junk, "\n") != want {
+			t.Fatalf("body %q", st.junk)
+		}
+		if line, ctype := st.status(); !strings.Contains(line, " 400") || ctype != "application/json" {
+			t.Fatalf("status %q, Content-Type %q", line, ctype)
+		}
+	})
+	t.Run("generate", func(t *testing.T) {
+		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": "hello world", "max_tokens": 1, "id": "9"})
+		want := `{"id":"9","model_name":"token_gen","model_version":"1","text_output":"hello "}`
+		if code != 200 || string(body) != want {
+			t.Fatalf("%d %s, want %s", code, body, want)
+		}
+	})
+	t.Run("generate wants exactly one response", func(t *testing.T) {
+		for _, n := range []int{0, 3} {
+			code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": "a", "max_tokens": n})
+			const msg = "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses"
+			if code != 500 || errorText(body) != msg {
+				t.Fatalf("max_tokens %d: %d %s", n, code, body)
+			}
+		}
+	})
+	t.Run("generate input type error", func(t *testing.T) {
+		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": 5})
+		if code != 400 || !strings.Contains(errorText(body), "attempt to access JSON non-string as string") {
+			t.Fatalf("%d %s", code, body)
+		}
+	})
+	t.Run("server metadata lists generate", func(t *testing.T) {
+		var md struct{ Extensions []string }
+		s.getJSON("/v2", &md)
+		if !strings.Contains(strings.Join(md.Extensions, ","), "generate") {
+			t.Fatalf("extensions %v", md.Extensions)
+		}
+	})
+}
