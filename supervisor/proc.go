@@ -1,13 +1,10 @@
 package supervisor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,23 +74,6 @@ type stubProc struct {
 	// shm is the lifeline (fd 4 in the stub) and the client regions the
 	// stub has mapped (clientshm.go).
 	shm stubShm
-}
-
-// pipelineDepth is how many Execute messages a stub may have queued: one
-// running and the rest waiting in its ring, so the stub starts the next
-// batch without waiting for the supervisor, which on a busy machine may be
-// slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
-// handed to a stub can no longer grow, so only one waits there while the
-// batcher merges the requests that arrive meanwhile.
-const (
-	pipelineDepth      = 4
-	batchPipelineDepth = 2
-)
-
-// callReply is where a control call's Result lands.
-type callReply struct {
-	res  *ipc.ResultMsg
-	done chan struct{}
 }
 
 // errStubExited is the sentinel for requests that a dying stub held.
@@ -252,44 +232,6 @@ func (p *stubProc) maybeUnmap() {
 	}
 }
 
-// call sends a control message and waits for its Result, the process's
-// death, or the timeout (0: none beyond death), reading the ring while it
-// waits.
-func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration) (*ipc.ResultMsg, error) {
-	c := &callReply{done: make(chan struct{})}
-	p.mu.Lock()
-	p.nextID++
-	id := p.nextID
-	p.calls[id] = c
-	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.calls, id)
-		p.mu.Unlock()
-	}()
-	if err := p.conn.Send(build(id)); err != nil {
-		return nil, p.deathError(err)
-	}
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	for {
-		select {
-		case <-c.done:
-			return c.res, nil
-		case <-p.exited:
-			return nil, p.deathError(errStubExited)
-		case <-ctx.Done():
-			return nil, fmt.Errorf("stub %s: no reply within %s", p.inst.name, timeout)
-		case <-p.lead:
-			p.read(c.done, ctx.Done())
-		}
-	}
-}
-
 // deathError turns a transport error into a description of the death.
 func (p *stubProc) deathError(err error) error {
 	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, errStubExited) || errors.Is(err, ipc.ErrClosed) {
@@ -304,306 +246,6 @@ func (p *stubProc) deathError(err error) error {
 func (p *stubProc) failure() error {
 	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The stub is being restarted; retry the request.",
 		p.inst.name, p.inst.mv.name, p.cause)
-}
-
-// failAll fails every request the dead stub held.
-func (p *stubProc) failAll() {
-	err := p.failure()
-	p.mu.Lock()
-	reqs := p.requests
-	p.requests = map[uint64]*pending{}
-	p.batches = map[uint64]*batch{}
-	p.failed = true
-	p.mu.Unlock()
-	for _, r := range reqs {
-		p.inst.mv.finish(r, nil, err, true)
-	}
-}
-
-// next uses the pipeline slot an execute just freed: it sends the next
-// queued batch from the calling reader, or returns the slot to the
-// dispatcher when nothing waits. (A reader that sends could in principle
-// block on a full ring while the stub blocks on ours; the rings hold far
-// more than the pipeline's few small Execute messages.)
-func (p *stubProc) next() {
-	select {
-	case b := <-p.inst.direct:
-		p.execute(b)
-	case b := <-p.inst.mv.queue:
-		p.execute(b)
-	default:
-		p.slots <- struct{}{}
-	}
-}
-
-// takeSlot takes a free pipeline slot without waiting, for a caller that
-// sends its own request (no hand-off to the dispatcher).
-func (p *stubProc) takeSlot() bool {
-	select {
-	case <-p.slots:
-		return true
-	default:
-		return false
-	}
-}
-
-// dispatch feeds the stub from the model's queues while it lives.
-func (p *stubProc) dispatch() {
-	mv := p.inst.mv
-	for {
-		select {
-		case <-p.slots:
-		case <-p.exited:
-			return
-		}
-		var b *batch
-		select {
-		case b = <-p.inst.direct:
-		case b = <-mv.queue:
-		case <-p.exited:
-			return
-		}
-		p.execute(b)
-	}
-}
-
-// execute copies a batch's inputs into the supervisor's arena and sends it.
-func (p *stubProc) execute(b *batch) {
-	mv := p.inst.mv
-	reqs := make([]ipc.Request, 0, len(b.items))
-	// A new slice: the batchers still read the list they handed over.
-	live := make([]*pending, 0, len(b.items))
-	now := time.Now()
-	for _, pr := range b.items {
-		if pr.gone() {
-			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
-			continue
-		}
-		r, err := p.prepare(pr)
-		if err != nil {
-			mv.finish(pr, nil, err, true)
-			continue
-		}
-		pr.started = now
-		reqs = append(reqs, r)
-		live = append(live, pr)
-	}
-	if len(live) == 0 {
-		p.slots <- struct{}{}
-		return
-	}
-	b.items = live
-	p.mu.Lock()
-	if p.failed {
-		p.mu.Unlock()
-		for _, pr := range live {
-			p.inst.mv.finish(pr, nil, p.failure(), true)
-		}
-		return
-	}
-	p.nextID++
-	b.id = p.nextID
-	b.sent = now
-	p.batches[b.id] = b
-	for _, pr := range live {
-		p.requests[pr.handle] = pr
-	}
-	if p.execSince.IsZero() {
-		p.execSince = now
-	}
-	p.mu.Unlock()
-	for _, pr := range live {
-		pr.assign(p)
-	}
-	if err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}); err != nil {
-		// The receiver fails the batch once the death is confirmed; a
-		// live stub whose ring refuses us is broken.
-		if p.alive() {
-			p.kill("send failed: " + err.Error())
-		}
-	}
-}
-
-// prepare assigns a handle and copies the request's inputs into the arena.
-func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
-	req := pr.req
-	if !p.alive() {
-		return ipc.Request{}, p.failure()
-	}
-	p.mu.Lock()
-	p.nextID++
-	pr.handle = p.nextID
-	p.mu.Unlock()
-	r := ipc.Request{
-		Handle: pr.handle, ID: req.ID, Flags: req.Flags,
-		Inputs:        make([]ipc.Tensor, 0, len(req.Inputs)),
-		TimeoutMicros: uint64(req.Timeout / time.Microsecond),
-	}
-	if req.CorrelationID.IsText {
-		r.CorrelationID = req.CorrelationID.String
-	} else {
-		r.CorrelationID = req.CorrelationID.Uint
-	}
-	pr.inputs = pr.inputs[:0]
-	for i := range req.Inputs {
-		in := &req.Inputs[i]
-		if in.SharedMemory != nil {
-			r.Inputs = append(r.Inputs, ipc.Tensor{}) // clientTensors fills it
-			continue
-		}
-		data, err := p.inst.mv.sup.inputBytes(in)
-		if err != nil {
-			p.freeOwn(pr.inputs)
-			return r, err
-		}
-		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: ipc.LocArena0, Size: uint64(len(data))}
-		if len(data) > 0 {
-			off, buf, err := p.conn.Alloc(uint64(len(data)))
-			if err != nil {
-				p.freeOwn(pr.inputs)
-				return r, backendapi.Errorf(backendapi.Unavailable, "model '%s' instance '%s': no room for input '%s': %v", p.inst.mv.name, p.inst.name, in.Name, err)
-			}
-			copy(buf, data)
-			t.Offset = off
-			pr.inputs = append(pr.inputs, off)
-		}
-		r.Inputs = append(r.Inputs, t)
-	}
-	for _, o := range req.Outputs {
-		r.RequestedOutputs = append(r.RequestedOutputs, o.Name)
-	}
-	if len(req.Parameters) > 0 {
-		r.ParametersJSON = parametersJSON(req.Parameters)
-	} else {
-		r.ParametersJSON = "{}"
-	}
-	if held, err := p.clientTensors(pr, &r); err != nil {
-		p.freeOwn(pr.inputs)
-		return r, err
-	} else if len(held) > 0 {
-		pr.setOnEnd(func() { p.inst.mv.sup.shm.release(held) })
-	}
-	return r, nil
-}
-
-// freeOwn frees blocks of the supervisor's arena.
-func (p *stubProc) freeOwn(offs []uint64) {
-	for _, off := range offs {
-		if err := p.conn.Free(off); err != nil && p.alive() {
-			p.log.Warn("free input block", "offset", off, "error", err)
-		}
-	}
-}
-
-// executeDone handles the end of one execute call.
-func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
-	now := time.Now()
-	p.mu.Lock()
-	b := p.batches[m.BatchID]
-	delete(p.batches, m.BatchID)
-	if len(p.batches) == 0 {
-		p.execSince = time.Time{}
-	} else {
-		p.execSince = now
-	}
-	p.mu.Unlock()
-	if b == nil {
-		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
-		return
-	}
-	for i := range m.Responses {
-		p.deliver(&m.Responses[i])
-	}
-	p.next()
-	var execErr error
-	if m.Error != nil {
-		execErr = backendapi.Errorf(backendapi.Code(m.Error.Code), "%s", m.Error.Message)
-	} else {
-		p.mu.Lock()
-		p.okExecs++
-		p.mu.Unlock()
-	}
-	p.inst.executions.Add(1)
-	var size int64
-	for _, pr := range b.items {
-		size += pr.batch
-		p.mu.Lock()
-		pr.execDone = true
-		// A filler has no caller waiting for more: it ends here.
-		ended := pr.final || pr.filler
-		again := !ended && execErr == nil && slices.Contains(m.Rescheduled, pr.handle)
-		if ended || again {
-			delete(p.requests, pr.handle)
-		}
-		if again {
-			pr.execDone = false // it runs again, under a new handle
-		}
-		p.mu.Unlock()
-		if ended || again {
-			p.freeOwn(pr.inputs)
-		}
-		switch {
-		case pr.filler:
-			p.inst.mv.finish(pr, nil, nil, true)
-			continue
-		case ended:
-			continue
-		case again && b.requeue != nil:
-			b.requeue(pr)
-			continue
-		case again:
-			p.inst.mv.finish(pr, nil, backendapi.Errorf(backendapi.InvalidArg, msgRescheduleRefused), true)
-			continue
-		}
-		if execErr != nil || !p.inst.mv.decoupled {
-			err := execErr
-			if err == nil {
-				err = backendapi.Errorf(backendapi.Internal, "model '%s' returned no response for the request", p.inst.mv.name)
-			}
-			p.mu.Lock()
-			delete(p.requests, pr.handle)
-			p.mu.Unlock()
-			p.freeOwn(pr.inputs)
-			p.inst.mv.finish(pr, nil, err, true)
-		}
-	}
-	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
-}
-
-// msgRescheduleRefused is Triton's text for a request the model released
-// with RESCHEDULE when its scheduler cannot run it again: only iterative
-// sequences can.
-const msgRescheduleRefused = "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."
-
-// deliver hands one response to its request.
-func (p *stubProc) deliver(r *ipc.Response) {
-	p.mu.Lock()
-	pr := p.requests[r.Handle]
-	final := r.Flags&ipc.FlagFinal != 0 || !p.inst.mv.decoupled
-	freeInputs := false
-	if pr != nil && final {
-		pr.final = true
-		if pr.execDone {
-			delete(p.requests, r.Handle)
-			freeInputs = true
-		}
-	}
-	p.mu.Unlock()
-	var offs []uint64
-	for _, t := range r.Outputs {
-		if t.Loc == ipc.LocArena1 && t.Size > 0 {
-			offs = append(offs, t.Offset)
-		}
-	}
-	if pr == nil {
-		p.release(offs)
-		return
-	}
-	resp, err := p.response(pr, r, offs)
-	if freeInputs {
-		p.freeOwn(pr.inputs)
-	}
-	p.inst.mv.finish(pr, resp, err, final)
 }
 
 // response builds the front end's view of a stub response: outputs alias
@@ -798,19 +440,6 @@ func (p *stubProc) stop(timeout time.Duration) {
 	}
 }
 
-// busy reports whether the stub has work outstanding.
-func (p *stubProc) busy() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.batches) > 0
-}
-
-func (p *stubProc) inFlight() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.requests)
-}
-
 // healthy reports whether this incarnation proved itself, which resets the
 // restart backoff.
 func (p *stubProc) healthy() bool {
@@ -820,11 +449,3 @@ func (p *stubProc) healthy() bool {
 }
 
 const stableAfter = 30 * time.Second
-
-// resultError turns a stub's Result error into a Go error.
-func resultError(e *ipc.Error) error {
-	if e == nil {
-		return nil
-	}
-	return backendapi.Errorf(backendapi.Code(e.Code), "%s", strings.TrimSpace(e.Message))
-}
