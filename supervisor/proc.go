@@ -323,45 +323,6 @@ func (p *stubProc) tensorData(t ipc.Tensor) ([]byte, error) {
 	return p.conn.View(t.Loc, t.Offset, t.Size)
 }
 
-// release tells the stub it may reuse output blocks.
-func (p *stubProc) release(offs []uint64) {
-	if len(offs) == 0 || !p.alive() {
-		return
-	}
-	if err := p.conn.Send(&ipc.ReleaseMsg{Offsets: offs}); err != nil && p.alive() {
-		p.log.Warn("release output blocks", "error", err)
-	}
-}
-
-// releaseLater is release for outputs a front end is done with. While the
-// stub has work queued, blocks are handed back in batches (releaseBatch
-// blocks or releaseBatchBytes, or at the next watchdog tick), which spares
-// the stub a message per request; an idle stub gets them at once.
-func (p *stubProc) releaseLater(offs []uint64, bytes uint64) {
-	p.relMu.Lock()
-	p.relOffs = append(p.relOffs, offs...)
-	p.relBytes += bytes
-	flush := len(p.relOffs) >= releaseBatch || p.relBytes >= releaseBatchBytes || !p.busy()
-	p.relMu.Unlock()
-	if flush {
-		p.flushReleases()
-	}
-}
-
-// flushReleases sends the blocks releaseLater held back.
-func (p *stubProc) flushReleases() {
-	p.relMu.Lock()
-	offs := p.relOffs
-	p.relOffs, p.relBytes = nil, 0
-	p.relMu.Unlock()
-	p.release(offs)
-}
-
-const (
-	releaseBatch      = 32
-	releaseBatchBytes = 1 << 20
-)
-
 // watch enforces the heartbeat and execute timeouts while the process lives.
 func (p *stubProc) watch() {
 	sup := p.inst.mv.sup
