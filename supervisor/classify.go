@@ -135,14 +135,3 @@ func formatValue(dt backendapi.DataType, v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 0, 64)
 }
-
-// classification returns the number of classes the request asked for on
-// an output (0: the raw tensor).
-func classification(req *backendapi.InferRequest, name string) uint32 {
-	for _, o := range req.Outputs {
-		if o.Name == name {
-			return o.Classification
-		}
-	}
-	return 0
-}

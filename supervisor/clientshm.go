@@ -322,17 +322,6 @@ func tensorBytes(dt backendapi.DataType, shape []int64) (uint64, bool) {
 	return n, true
 }
 
-// outputRef returns the shared memory place the request asked for output
-// name, or nil.
-func outputRef(req *backendapi.InferRequest, name string) *backendapi.SharedMemoryRef {
-	for _, o := range req.Outputs {
-		if o.Name == name {
-			return o.SharedMemory
-		}
-	}
-	return nil
-}
-
 // onEnd registers f to run once the request has ended (right away when it
 // already has).
 func (pr *pending) setOnEnd(f func()) {

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -203,10 +202,4 @@ func checkByteSize(in *backendapi.InputTensor, model string) error {
 		return backendapi.Errorf(backendapi.InvalidArg, "unexpected number of string elements %d for inference input '%s' for model '%s', expecting %d", count, in.Name, model, n)
 	}
 	return nil
-}
-
-// wantOutput reports whether the request asked for the output (all outputs
-// when it named none).
-func wantOutput(req *backendapi.InferRequest, name string) bool {
-	return len(req.Outputs) == 0 || slices.ContainsFunc(req.Outputs, func(o backendapi.RequestedOutput) bool { return o.Name == name })
 }

@@ -1,0 +1,111 @@
+package supervisor
+
+import (
+	"slices"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
+)
+
+// response builds the front end's view of a stub response: outputs alias
+// the stub's arena until Release.
+func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backendapi.InferResponse, error) {
+	if r.Error != nil {
+		p.release(offs)
+		return nil, backendapi.Errorf(backendapi.Code(r.Error.Code), "%s", r.Error.Message)
+	}
+	mv := p.inst.mv
+	resp := &backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: make([]backendapi.OutputTensor, 0, len(r.Outputs))}
+	if r.ParametersJSON != "" && r.ParametersJSON != "{}" {
+		params, err := parseParametersJSON(r.ParametersJSON)
+		if err != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' sent malformed response parameters: %v", mv.name, err)
+		}
+		resp.Parameters = params
+	}
+	for _, t := range r.Outputs {
+		if !wantOutput(pr.req, t.Name) {
+			continue
+		}
+		ref := outputRef(pr.req, t.Name)
+		if t.Loc == ipc.LocClient {
+			// Written by the stub straight into the client's region.
+			resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, SharedMemory: ref})
+			continue
+		}
+		if ref != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", mv.name, t.Name, ref.Region)
+		}
+		data, err := p.tensorData(t)
+		if err != nil {
+			p.release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
+		}
+		out := backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data}
+		if k := classification(pr.req, t.Name); k > 0 {
+			if out, err = classify(out, k, mv.sig.maxBatch > 0, mv.labels[t.Name]); err != nil {
+				p.release(offs)
+				return nil, err
+			}
+		}
+		resp.Outputs = append(resp.Outputs, out)
+	}
+	if len(offs) > 0 {
+		var bytes uint64
+		for _, t := range r.Outputs {
+			if t.Loc == ipc.LocArena1 {
+				bytes += t.Size
+			}
+		}
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+		resp.SetRelease(func() {
+			p.releaseLater(offs, bytes)
+			p.mu.Lock()
+			p.refs--
+			p.mu.Unlock()
+			p.maybeUnmap()
+		})
+	}
+	return resp, nil
+}
+
+// tensorData returns the bytes of a tensor the stub sent: in the message,
+// or in place in an arena.
+func (p *stubProc) tensorData(t ipc.Tensor) ([]byte, error) {
+	if t.Loc == ipc.LocInline {
+		return t.Data, nil
+	}
+	return p.conn.View(t.Loc, t.Offset, t.Size)
+}
+
+// outputRef returns the shared memory place the request asked for output
+// name, or nil.
+func outputRef(req *backendapi.InferRequest, name string) *backendapi.SharedMemoryRef {
+	for _, o := range req.Outputs {
+		if o.Name == name {
+			return o.SharedMemory
+		}
+	}
+	return nil
+}
+
+// wantOutput reports whether the request asked for the output (all outputs
+// when it named none).
+func wantOutput(req *backendapi.InferRequest, name string) bool {
+	return len(req.Outputs) == 0 || slices.ContainsFunc(req.Outputs, func(o backendapi.RequestedOutput) bool { return o.Name == name })
+}
+
+// classification returns the number of classes the request asked for on
+// an output (0: the raw tensor).
+func classification(req *backendapi.InferRequest, name string) uint32 {
+	for _, o := range req.Outputs {
+		if o.Name == name {
+			return o.Classification
+		}
+	}
+	return 0
+}
