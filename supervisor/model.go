@@ -51,14 +51,6 @@ type modelVersion struct {
 	active  sync.WaitGroup // requests between enqueue and their end
 }
 
-// scheduler turns requests into batches on mv.queue or an instance's
-// direct queue. The default hands each request to its own execute, as
-// Triton's default scheduler does.
-type scheduler interface {
-	enqueue(pr *pending) error
-	stop()
-}
-
 // newModelVersion prepares a version from a normalized, validated config.
 func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, version int64) (*modelVersion, error) {
 	js, err := modelconfig.ToJSON(cfg)

@@ -58,3 +58,11 @@ func (mv *modelVersion) freeStub() *stubProc {
 	}
 	return best
 }
+
+// scheduler turns requests into batches on mv.queue or an instance's
+// direct queue. The default hands each request to its own execute, as
+// Triton's default scheduler does.
+type scheduler interface {
+	enqueue(pr *pending) error
+	stop()
+}
