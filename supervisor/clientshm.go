@@ -165,22 +165,3 @@ func (c *clientShm) closeRegion(r *shmRegion) {
 		r.cuda.close()
 	}
 }
-
-// onEnd registers f to run once the request has ended (right away when it
-// already has).
-func (pr *pending) setOnEnd(f func()) {
-	pr.mu.Lock()
-	if !pr.ended {
-		prev := pr.onEnd
-		pr.onEnd = func() {
-			if prev != nil {
-				prev()
-			}
-			f()
-		}
-		pr.mu.Unlock()
-		return
-	}
-	pr.mu.Unlock()
-	f()
-}

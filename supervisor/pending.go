@@ -166,3 +166,22 @@ type batch struct {
 	// Without it such a request fails.
 	requeue func(*pending)
 }
+
+// onEnd registers f to run once the request has ended (right away when it
+// already has).
+func (pr *pending) setOnEnd(f func()) {
+	pr.mu.Lock()
+	if !pr.ended {
+		prev := pr.onEnd
+		pr.onEnd = func() {
+			if prev != nil {
+				prev()
+			}
+			f()
+		}
+		pr.mu.Unlock()
+		return
+	}
+	pr.mu.Unlock()
+	f()
+}
