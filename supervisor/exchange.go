@@ -425,3 +425,13 @@ const (
 	releaseBatch      = 32
 	releaseBatchBytes = 1 << 20
 )
+
+// inputBytes returns the bytes of a request input held in memory. Inputs
+// in client regions never come here: prepare sends them as LocClient
+// descriptors (clientTensors).
+func (s *Supervisor) inputBytes(in *backendapi.InputTensor) ([]byte, error) {
+	if in.SharedMemory != nil {
+		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find shared memory region: '%s'", in.SharedMemory.Region)
+	}
+	return in.Data, nil
+}

@@ -10,16 +10,6 @@ import (
 // errClientShmDisabled is Triton's text when client shared memory is off.
 var errClientShmDisabled = backendapi.Errorf(backendapi.Unsupported, "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.")
 
-// inputBytes returns the bytes of a request input held in memory. Inputs
-// in client regions never come here: prepare sends them as LocClient
-// descriptors (clientTensors).
-func (s *Supervisor) inputBytes(in *backendapi.InputTensor) ([]byte, error) {
-	if in.SharedMemory != nil {
-		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find shared memory region: '%s'", in.SharedMemory.Region)
-	}
-	return in.Data, nil
-}
-
 // RegisterSystemSharedMemory implements backendapi.Backend. The supervisor
 // keeps the object's fd (the client may unlink the name) and maps nothing.
 func (s *Supervisor) RegisterSystemSharedMemory(_ context.Context, name, key string, offset, byteSize uint64) error {
