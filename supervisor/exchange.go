@@ -211,7 +211,7 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 			r.Inputs = append(r.Inputs, ipc.Tensor{}) // clientTensors fills it
 			continue
 		}
-		data, err := p.inst.mv.sup.inputBytes(in)
+		data, err := inputBytes(in)
 		if err != nil {
 			p.freeOwn(pr.inputs)
 			return r, err
@@ -241,7 +241,7 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 		p.freeOwn(pr.inputs)
 		return r, err
 	} else if len(held) > 0 {
-		pr.setOnEnd(func() { p.inst.mv.sup.shm.release(held) })
+		pr.setOnEnd(func() { p.env.regions.release(held) })
 	}
 	return r, nil
 }
@@ -429,7 +429,7 @@ const (
 // inputBytes returns the bytes of a request input held in memory. Inputs
 // in client regions never come here: prepare sends them as LocClient
 // descriptors (clientTensors).
-func (s *Supervisor) inputBytes(in *backendapi.InputTensor) ([]byte, error) {
+func inputBytes(in *backendapi.InputTensor) ([]byte, error) {
 	if in.SharedMemory != nil {
 		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find shared memory region: '%s'", in.SharedMemory.Region)
 	}

@@ -72,8 +72,21 @@ type stubProc struct {
 	relBytes uint64
 
 	// shm is the lifeline (fd 4 in the stub) and the client regions the
-	// stub has mapped (clientshm.go).
+	// stub has mapped (stubshm.go).
 	shm stubShm
+
+	env procEnv
+}
+
+// procEnv is what a stub process needs from the supervisor, handed to it
+// at spawn so that its jobs (reader, exchange, watchdog) do not reach up
+// through the instance and the model to the Supervisor.
+type procEnv struct {
+	spin             time.Duration // how long a lone reader polls (Options.IPC.Spin)
+	heartbeatTimeout time.Duration // Options.HeartbeatTimeout
+	regions          *clientShm    // the client shared-memory registry
+	// bls serves an inference request the stub's model makes (bls.go).
+	bls func(*stubProc, *ipc.InferExecMsg)
 }
 
 // errStubExited is the sentinel for requests that a dying stub held.
@@ -132,6 +145,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	launched = true
 	p := &stubProc{
 		shm:  stubShm{life: lifeParent},
+		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
 		slots: make(chan struct{}, inst.mv.pipelineDepth), lead: make(chan struct{}, 1),
@@ -250,7 +264,6 @@ func (p *stubProc) failure() error {
 
 // watch enforces the heartbeat and execute timeouts while the process lives.
 func (p *stubProc) watch() {
-	sup := p.inst.mv.sup
 	tick := time.NewTicker(watchInterval)
 	defer tick.Stop()
 	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
@@ -264,7 +277,7 @@ func (p *stubProc) watch() {
 			if b := p.conn.PeerHeartbeat(); b != lastBeat {
 				lastBeat, lastChange = b, now
 				p.inst.setHeartbeat(now)
-			} else if age := now.Sub(lastChange); age > sup.opts.HeartbeatTimeout {
+			} else if age := now.Sub(lastChange); age > p.env.heartbeatTimeout {
 				p.kill(fmt.Sprintf("no heartbeat for %s (--stub-heartbeat-timeout)", age.Round(time.Millisecond)))
 			} else if age > unhealthyAfter {
 				p.inst.setState(backendapi.StubUnhealthy)

@@ -60,7 +60,7 @@ func (p *stubProc) readSpin() time.Duration {
 	n := len(p.batches)
 	p.mu.Unlock()
 	if n == 1 {
-		return p.inst.mv.sup.opts.IPC.Spin
+		return p.env.spin
 	}
 	return 0
 }
@@ -108,7 +108,7 @@ func (p *stubProc) handle(m ipc.Message) {
 	case *ipc.LogMsg:
 		p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
 	case *ipc.InferExecMsg:
-		go p.inst.mv.sup.bls(p, m)
+		go p.env.bls(p, m)
 	case *ipc.FreeMsg:
 		p.freeOwn(m.Offsets)
 	default:

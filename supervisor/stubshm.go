@@ -51,11 +51,11 @@ func (ss *stubShm) ensureMapped(p *stubProc, r *shmRegion) error {
 		ss.mapped = map[uint64]*shmRegion{}
 	}
 	ss.mapped[r.id] = r
-	p.inst.mv.sup.shm.mu.Lock()
+	p.env.regions.mu.Lock()
 	if r.stubs != nil {
 		r.stubs[p] = struct{}{}
 	}
-	p.inst.mv.sup.shm.mu.Unlock()
+	p.env.regions.mu.Unlock()
 	return nil
 }
 
@@ -86,7 +86,7 @@ func (ss *stubShm) closeLifeline(p *stubProc) {
 	if len(mapped) == 0 {
 		return
 	}
-	c := &p.inst.mv.sup.shm
+	c := p.env.regions
 	c.mu.Lock()
 	for _, r := range mapped {
 		delete(r.stubs, p)
@@ -98,15 +98,15 @@ func (ss *stubShm) closeLifeline(p *stubProc) {
 // LocCUDA descriptors and output requests into targets. It returns the regions it acquired
 // (released when the request ends) or an error with nothing held.
 func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion, err error) {
-	sup := p.inst.mv.sup
+	regions := p.env.regions
 	defer func() {
 		if err != nil {
-			sup.shm.release(held)
+			regions.release(held)
 			held = nil
 		}
 	}()
 	use := func(ref *backendapi.SharedMemoryRef) (*shmRegion, error) {
-		reg, err := sup.shm.acquire(ref)
+		reg, err := regions.acquire(ref)
 		if err != nil {
 			return nil, err
 		}
