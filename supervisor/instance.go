@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -240,9 +239,4 @@ func (mv *modelVersion) stubOptions() map[string]any {
 		"decoupled":                    mv.decoupled,
 		"force_cpu_only_input_tensors": mv.forceCPUInputs,
 	}
-}
-
-// instanceName is Triton's name for instance index of group g.
-func instanceName(group string, g, index int) string {
-	return fmt.Sprintf("%s_%d_%d", group, g, index)
 }

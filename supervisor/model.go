@@ -101,14 +101,13 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	if err != nil {
 		return nil, err
 	}
-	for g, group := range cfg.GetInstanceGroup() {
+	for _, group := range cfg.GetInstanceGroup() {
 		for i := range int(group.GetCount()) {
 			kind := strings.TrimPrefix(group.GetKind().String(), "KIND_")
 			device := 0
 			if gpus := group.GetGpus(); len(gpus) > 0 {
 				device = int(gpus[i%len(gpus)])
 			}
-			_ = g
 			mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), i), kind, device))
 		}
 	}
