@@ -1,8 +1,3 @@
-// Package supervisor is the core of stubvisor: it loads models from the
-// repositories, runs one stub process per model instance (Python or Go),
-// feeds them requests through their shared-memory rings, watches their
-// health, replaces the ones that die or hang, and reports it all. It
-// implements backendapi.Backend for the front ends.
 package supervisor
 
 import (
