@@ -190,8 +190,8 @@ type ModelMetadata struct {
 // ModelIndexEntry is one row of the repository index.
 type ModelIndexEntry struct {
 	Name    string
-	Version string // empty for a model that was never loaded
-	State   string // UNKNOWN, READY, UNAVAILABLE, LOADING, UNLOADING
+	Version string     // empty for a model that was never loaded
+	State   ModelState // "" for a model that was never loaded
 	Reason  string
 }
 
@@ -236,6 +236,24 @@ type ModelStatistics struct {
 	Inference      InferStats
 	Batches        []BatchStats
 }
+
+// ModelState is where a model version is in its life, in the names of
+// Triton's repository index. The backend derives it once, from the model's
+// load state and its instances' stubs, so that the repository index,
+// readiness, metrics and the stub status agree.
+type ModelState string
+
+// The states of a model version.
+const (
+	// ModelNotLoaded is a model found in a repository and never loaded:
+	// the index shows no state, the stub status shows ModelUnknown.
+	ModelNotLoaded   ModelState = ""
+	ModelUnknown     ModelState = "UNKNOWN"
+	ModelLoading     ModelState = "LOADING"
+	ModelReady       ModelState = "READY"
+	ModelUnavailable ModelState = "UNAVAILABLE"
+	ModelUnloading   ModelState = "UNLOADING"
+)
 
 // StubState is where a stub is in its life.
 type StubState string
@@ -304,7 +322,7 @@ type Metric struct {
 type ModelStubs struct {
 	Model   string       `json:"model"`
 	Version string       `json:"version"`
-	State   string       `json:"state"`
+	State   ModelState   `json:"state"`
 	Reason  string       `json:"reason,omitempty"`
 	Stubs   []StubStatus `json:"stubs"`
 }

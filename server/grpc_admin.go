@@ -20,7 +20,7 @@ func (g *GRPCServer) RepositoryIndex(ctx context.Context, req *pb.RepositoryInde
 	}
 	out := &pb.RepositoryIndexResponse{Models: make([]*pb.RepositoryIndexResponse_ModelIndex, len(index))}
 	for i, e := range index {
-		out.Models[i] = &pb.RepositoryIndexResponse_ModelIndex{Name: e.Name, Version: e.Version, State: e.State, Reason: e.Reason}
+		out.Models[i] = &pb.RepositoryIndexResponse_ModelIndex{Name: e.Name, Version: e.Version, State: string(e.State), Reason: e.Reason}
 	}
 	return out, nil
 }

@@ -715,6 +715,8 @@ func TestMetrics(t *testing.T) {
 		`nv_inference_compute_input_duration_us{model="add_sub",version="1"} 100`,
 		`nv_inference_compute_infer_duration_us{model="add_sub",version="1"} 4000`,
 		`nv_inference_compute_output_duration_us{model="add_sub",version="1"} 200`,
+		`stubvisor_model_state{model="add_sub",state="READY",version="1"} 1`,
+		`stubvisor_model_state{model="add_sub",state="UNAVAILABLE",version="1"} 0`,
 		`stubvisor_stub_state{instance="add_sub_0_0",model="add_sub",state="ready",version="1"} 1`,
 		`stubvisor_stub_state{instance="add_sub_0_0",model="add_sub",state="busy",version="1"} 0`,
 		`stubvisor_stub_restarts_total{instance="add_sub_0_0",model="add_sub",version="1"} 3`,

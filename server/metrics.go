@@ -41,6 +41,8 @@ var (
 	descComputeOutput = prometheus.NewDesc("nv_inference_compute_output_duration_us",
 		"Cumulative inference compute output duration in microseconds (does not include cached requests)", modelLabels, nil)
 
+	descModelState = prometheus.NewDesc("stubvisor_model_state",
+		"1 for the state a model version is in (as the repository index and /v2/stubs show it), 0 for the others", append(modelLabels[:2:2], "state"), nil)
 	descStubState = prometheus.NewDesc("stubvisor_stub_state",
 		"1 for the state a stub is in, 0 for the others", append(stubLabels[:3:3], "state"), nil)
 	descStubRestarts = prometheus.NewDesc("stubvisor_stub_restarts_total",
@@ -58,6 +60,11 @@ var (
 	descStubExecutions = prometheus.NewDesc("stubvisor_stub_executions_total",
 		"Model executions a stub has run", stubLabels, nil)
 )
+
+var modelStates = []backendapi.ModelState{
+	backendapi.ModelUnknown, backendapi.ModelLoading, backendapi.ModelReady,
+	backendapi.ModelUnavailable, backendapi.ModelUnloading,
+}
 
 var stubStates = []backendapi.StubState{
 	backendapi.StubStarting, backendapi.StubReady, backendapi.StubBusy,
@@ -87,7 +94,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descRequestSuccess, descRequestFailure, descInferenceCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput,
-		descStubState, descStubRestarts, descStubPool, descStubInFlight, descStubRing,
+		descModelState, descStubState, descStubRestarts, descStubPool, descStubInFlight, descStubRing,
 		descStubHeartbeat, descStubUptime, descStubExecutions,
 	} {
 		ch <- d
@@ -140,6 +147,16 @@ func collectStatistics(ch chan<- prometheus.Metric, stats []backendapi.ModelStat
 func collectStubs(ch chan<- prometheus.Metric, models []backendapi.ModelStubs) {
 	seen := make(map[[3]string]bool)
 	for _, m := range models {
+		if key := [3]string{m.Model, m.Version}; !seen[key] {
+			seen[key] = true
+			for _, s := range modelStates {
+				v := 0.0
+				if m.State == s {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(descModelState, prometheus.GaugeValue, v, m.Model, m.Version, string(s))
+			}
+		}
 		for i := range m.Stubs {
 			st := &m.Stubs[i]
 			key := [3]string{m.Model, m.Version, st.Instance}

@@ -47,7 +47,7 @@ func (s *Server) handleRepositoryIndex(w http.ResponseWriter, r *http.Request, _
 	}
 	rows := make([]modelIndexJSON, len(index))
 	for i, e := range index {
-		rows[i] = modelIndexJSON(e)
+		rows[i] = modelIndexJSON{Name: e.Name, Version: e.Version, State: string(e.State), Reason: e.Reason}
 	}
 	writeJSON(w, rows)
 }

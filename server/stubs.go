@@ -16,11 +16,11 @@ type stubJSON struct {
 }
 
 type modelStubsJSON struct {
-	Model   string     `json:"model"`
-	Version string     `json:"version"`
-	State   string     `json:"state"`
-	Reason  string     `json:"reason,omitempty"`
-	Stubs   []stubJSON `json:"stubs"`
+	Model   string                `json:"model"`
+	Version string                `json:"version"`
+	State   backendapi.ModelState `json:"state"`
+	Reason  string                `json:"reason,omitempty"`
+	Stubs   []stubJSON            `json:"stubs"`
 }
 
 // StubsJSON is the JSON form of the supervisor's view of its stubs.

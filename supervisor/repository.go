@@ -103,16 +103,16 @@ func (s *Supervisor) unload(name, reason string) {
 	}
 	old := e.versions
 	e.versions = nil
-	if e.state != "" {
-		e.state, e.reason = "UNLOADING", ""
+	if e.state != backendapi.ModelNotLoaded {
+		e.state, e.reason = backendapi.ModelUnloading, ""
 	}
 	s.mu.Unlock()
 	for _, mv := range old {
 		mv.stop(s.opts.FinalizeTimeout)
 	}
 	s.mu.Lock()
-	if e.state != "" {
-		e.state, e.reason = "UNAVAILABLE", reason
+	if e.state != backendapi.ModelNotLoaded {
+		e.state, e.reason = backendapi.ModelUnavailable, reason
 	}
 	s.mu.Unlock()
 	s.log.Info("model unloaded", "model", name)
@@ -143,9 +143,9 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 	}
 	e.dir = dir
 	prevState, prevReason := e.state, e.reason
-	e.state, e.reason = "LOADING", ""
+	e.state, e.reason = backendapi.ModelLoading, ""
 	s.mu.Unlock()
-	setState := func(state, reason string) {
+	setState := func(state backendapi.ModelState, reason string) {
 		s.mu.Lock()
 		e.state, e.reason = state, reason
 		s.mu.Unlock()
@@ -155,10 +155,10 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 			s.mu.RLock()
 			serving := len(e.versions) > 0
 			s.mu.RUnlock()
-			if serving && prevState == "READY" {
+			if serving && prevState == backendapi.ModelReady {
 				setState(prevState, prevReason)
 			} else {
-				setState("UNAVAILABLE", backendapi.MessageOf(retErr))
+				setState(backendapi.ModelUnavailable, backendapi.MessageOf(retErr))
 			}
 			retErr = backendapi.Errorf(backendapi.CodeOf(retErr), "failed to load '%s': %s", name, backendapi.MessageOf(retErr))
 		}
@@ -191,7 +191,7 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 	s.mu.Lock()
 	old := e.versions
 	e.versions, e.cfg = mvs, cfg
-	e.state, e.reason = "READY", ""
+	e.state, e.reason = backendapi.ModelReady, ""
 	e.fingerprint = fingerprint(dir)
 	s.mu.Unlock()
 	for _, mv := range old {
@@ -346,7 +346,7 @@ func (s *Supervisor) RepositoryIndex(_ context.Context, readyOnly bool) ([]backe
 	add := func(name string) {
 		seen[name] = true
 		e := s.models[name]
-		if e == nil || e.state == "" {
+		if e == nil || e.state == backendapi.ModelNotLoaded {
 			if !readyOnly {
 				out = append(out, backendapi.ModelIndexEntry{Name: name})
 			}
@@ -354,19 +354,17 @@ func (s *Supervisor) RepositoryIndex(_ context.Context, readyOnly bool) ([]backe
 		}
 		if len(e.versions) == 0 {
 			if !readyOnly {
-				out = append(out, backendapi.ModelIndexEntry{Name: name, State: e.state, Reason: e.reason})
+				state, why := e.stateOf(nil)
+				out = append(out, backendapi.ModelIndexEntry{Name: name, State: state, Reason: why})
 			}
 			return
 		}
 		for _, mv := range e.versions {
-			state := e.state
-			if state == "READY" && !mv.ready() {
-				state = "UNAVAILABLE"
-			}
-			if readyOnly && state != "READY" {
+			state, why := e.stateOf(mv)
+			if readyOnly && state != backendapi.ModelReady {
 				continue
 			}
-			out = append(out, backendapi.ModelIndexEntry{Name: name, Version: strconv.FormatInt(mv.version, 10), State: state, Reason: e.reason})
+			out = append(out, backendapi.ModelIndexEntry{Name: name, Version: strconv.FormatInt(mv.version, 10), State: state, Reason: why})
 		}
 	}
 	for _, d := range dirs {

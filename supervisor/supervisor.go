@@ -105,15 +105,36 @@ var _ backendapi.Backend = (*Supervisor)(nil)
 
 // modelEntry is what the supervisor knows of one model name.
 type modelEntry struct {
-	name   string
-	dir    string
-	state  string // "", READY, UNAVAILABLE, LOADING, UNLOADING
+	name string
+	dir  string
+	// state and reason are the model's load state as load and unload
+	// leave it; what the model shows is stateOf's derivation.
+	state  backendapi.ModelState
 	reason string
 	cfg    *inferencepb.ModelConfig
 	// versions are the loaded versions, ascending.
 	versions []*modelVersion
 	// fingerprint identifies the files the loaded model came from (poll).
 	fingerprint string
+}
+
+// stateOf is the state a model version shows everywhere (the repository
+// index, readiness, metrics and the stub status), and why. It is the
+// entry's load state, except that a READY version none of whose instances
+// has a live stub is UNAVAILABLE. mv is nil for a model with no loaded
+// version. Called with s.mu held.
+func (e *modelEntry) stateOf(mv *modelVersion) (backendapi.ModelState, string) {
+	if mv != nil && e.state == backendapi.ModelReady && !mv.ready() {
+		return backendapi.ModelUnavailable, e.reason
+	}
+	return e.state, e.reason
+}
+
+// blocksReadiness reports whether a model in state st (for reason why)
+// makes a strictly ready server not ready: one loading, or one that is
+// unavailable for any reason but an unload on request, as in Triton.
+func blocksReadiness(st backendapi.ModelState, why string) bool {
+	return st == backendapi.ModelLoading || (st == backendapi.ModelUnavailable && why != reasonUnloaded)
 }
 
 // New starts a supervisor and loads the models the control mode asks for.
@@ -185,7 +206,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	for _, e := range s.models {
 		all = append(all, e.versions...)
 		e.versions = nil
-		e.state, e.reason = "UNAVAILABLE", "server shutting down"
+		e.state, e.reason = backendapi.ModelUnavailable, "server shutting down"
 	}
 	s.mu.Unlock()
 	var wg sync.WaitGroup
@@ -221,19 +242,14 @@ func (s *Supervisor) Ready() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, e := range s.models {
-		switch e.state {
-		case "READY":
-			for _, mv := range e.versions {
-				if !mv.ready() {
-					return false
-				}
+		if len(e.versions) == 0 {
+			if blocksReadiness(e.stateOf(nil)) {
+				return false
 			}
-		case "LOADING":
-			return false
-		case "UNAVAILABLE":
-			// As in Triton, a model that failed to load makes a strictly
-			// ready server not ready; one unloaded on purpose does not.
-			if e.reason != reasonUnloaded {
+			continue
+		}
+		for _, mv := range e.versions {
+			if blocksReadiness(e.stateOf(mv)) {
 				return false
 			}
 		}
@@ -259,11 +275,11 @@ func (s *Supervisor) lookup(name string, version int64) (*modelVersion, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	e := s.models[name]
-	if e == nil || e.state == "" {
+	if e == nil || e.state == backendapi.ModelNotLoaded {
 		return nil, errUnknownModel(name, e != nil)
 	}
 	if len(e.versions) == 0 {
-		if e.state == "UNAVAILABLE" && e.reason != reasonUnloaded {
+		if e.state == backendapi.ModelUnavailable && e.reason != reasonUnloaded {
 			return nil, backendapi.Errorf(backendapi.Unavailable, "Request for unknown model: '%s' has no available versions", name)
 		}
 		return nil, errUnknownModel(name, true)
@@ -406,11 +422,16 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 			continue
 		}
 		if len(e.versions) == 0 {
-			out = append(out, backendapi.ModelStubs{Model: n, State: orUnknown(e.state), Reason: e.reason, Stubs: []backendapi.StubStatus{}})
+			st, why := e.stateOf(nil)
+			if st == backendapi.ModelNotLoaded {
+				st = backendapi.ModelUnknown
+			}
+			out = append(out, backendapi.ModelStubs{Model: n, State: st, Reason: why, Stubs: []backendapi.StubStatus{}})
 			continue
 		}
 		for _, mv := range e.versions {
-			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: e.state, Reason: e.reason}
+			st, why := e.stateOf(mv)
+			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: st, Reason: why}
 			for _, inst := range mv.instances {
 				ms.Stubs = append(ms.Stubs, inst.status())
 			}
@@ -421,13 +442,6 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 		return nil, errUnknownModel(model, false)
 	}
 	return out, nil
-}
-
-func orUnknown(state string) string {
-	if state == "" {
-		return "UNKNOWN"
-	}
-	return state
 }
 
 func cancelledWhileQueued(mv *modelVersion, pr *pending) error {

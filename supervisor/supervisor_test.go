@@ -43,6 +43,12 @@ func newSupervisor(t *testing.T, models ...string) *Supervisor {
 // logSupervisor is newSupervisor logging to log.
 func logSupervisor(t *testing.T, log hclog.Logger, models ...string) *Supervisor {
 	t.Helper()
+	return startSupervisor(t, log, func(*Options) {}, models...)
+}
+
+// startSupervisor is logSupervisor with options edited by edit.
+func startSupervisor(t *testing.T, log hclog.Logger, edit func(*Options), models ...string) *Supervisor {
+	t.Helper()
 	requirePython(t)
 	repo := t.TempDir()
 	for _, m := range models {
@@ -56,6 +62,7 @@ func logSupervisor(t *testing.T, log hclog.Logger, models ...string) *Supervisor
 	opts.CacheDir = t.TempDir()
 	opts.RestartBackoff = 20 * time.Millisecond
 	opts.Logger = log
+	edit(&opts)
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +289,43 @@ func stubPID(t *testing.T, s *Supervisor, model string, restarts int) int {
 		}
 		time.Sleep(5 * time.Millisecond) // polling supervisor state: nothing to wait on
 	}
+}
+
+// TestModelStateAgrees kills the only stub of a model whose restart waits
+// a minute: the repository index, /v2/stubs, model and server readiness
+// all say the model is unavailable, and all said it was ready before.
+func TestModelStateAgrees(t *testing.T) {
+	s := startSupervisor(t, hclog.NewNullLogger(), func(o *Options) {
+		o.RestartBackoff, o.RestartBackoffMax, o.StrictReadiness = time.Minute, time.Minute, true
+	}, "identity_fp32")
+	ctx := context.Background()
+	check := func(want backendapi.ModelState) {
+		t.Helper()
+		index, err := s.RepositoryIndex(ctx, false)
+		if err != nil || len(index) != 1 || index[0].State != want {
+			t.Errorf("index = %+v, %v; want state %s", index, err, want)
+		}
+		stubs, err := s.Stubs(ctx, "identity_fp32")
+		if err != nil || len(stubs) != 1 || stubs[0].State != want {
+			t.Errorf("stubs = %+v, %v; want state %s", stubs, err, want)
+		}
+		ready := want == backendapi.ModelReady
+		if err := s.ModelReady(ctx, "identity_fp32", 0); (err == nil) != ready {
+			t.Errorf("ModelReady = %v, want ready %v", err, ready)
+		}
+		if s.Ready() != ready {
+			t.Errorf("server Ready = %v, want %v", s.Ready(), ready)
+		}
+	}
+	check(backendapi.ModelReady)
+	if err := syscall.Kill(stubPID(t, s, "identity_fp32", 0), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the stub to be restarting", func() bool {
+		st, err := s.Stubs(ctx, "identity_fp32")
+		return err == nil && st[0].Stubs[0].State == backendapi.StubRestarting
+	})
+	check(backendapi.ModelUnavailable)
 }
 
 func TestStubKillsItselfMidRequest(t *testing.T) {
