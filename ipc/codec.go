@@ -153,6 +153,14 @@ func (e *encoder) message(b []byte, m Message) ([]byte, error) {
 		return appendBool(b, m.Decoupled), nil
 	case *FreeMsg:
 		return appendUint64s(appendHead(b, 3, KindFree, 0), m.Offsets), nil
+	case *InferCancelMsg:
+		return appendHead(b, 2, KindInferCancel, m.ID), nil
+	case *ModelControlMsg:
+		b = appendString(appendString(appendHead(b, 5, KindModelCtl, m.ID), m.Op), m.Model)
+		return e.appendAny(b, m.Options)
+	case *ControlResultMsg:
+		b = appendError(appendHead(b, 4, KindControlResult, m.ID), m.Error)
+		return e.appendAny(b, m.Value)
 	case nil:
 		return nil, errors.New("nil message")
 	}
@@ -554,6 +562,28 @@ func (d *decoder) decode(b []byte) (m Message, err error) {
 		if n >= want {
 			v := &FreeMsg{}
 			v.Offsets, err = r.uint64s()
+			m = v
+		}
+	case KindInferCancel:
+		want, m = 2, &InferCancelMsg{ID: id}
+	case KindModelCtl:
+		want = 5
+		if n >= want {
+			v := &ModelControlMsg{ID: id}
+			if v.Op, err = r.str(); err == nil {
+				if v.Model, err = r.str(); err == nil {
+					v.Options, err = r.anyMap()
+				}
+			}
+			m = v
+		}
+	case KindControlResult:
+		want = 4
+		if n >= want {
+			v := &ControlResultMsg{ID: id}
+			if v.Error, err = r.error(); err == nil {
+				v.Value, err = r.anyValue(0)
+			}
 			m = v
 		}
 	default:

@@ -56,6 +56,10 @@ func sampleMessages() []Message {
 		&LogMsg{Level: "error", Message: "line\nbreak", File: "model.py", Line: -1},
 		&InferExecMsg{ID: 12, ModelName: "bls_target", ModelVersion: -1, Request: req, Decoupled: true},
 		&FreeMsg{Offsets: []uint64{}},
+		&InferCancelMsg{ID: 13},
+		&ModelControlMsg{ID: 14, Op: "load", Model: "m", Options: map[string]any{"config": "{}", "files": map[string]any{"file:1/model.py": []byte("x")}}},
+		&ControlResultMsg{ID: 14, Error: &Error{Code: 3, Message: "failed to load 'm'"}},
+		&ControlResultMsg{ID: 15, Value: true},
 	}
 }
 

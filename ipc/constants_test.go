@@ -29,8 +29,9 @@ func goConstants() map[string]int64 {
 		"KIND_HELLO": int64(KindHello), "KIND_RESULT": int64(KindResult), "KIND_RESPONSE": int64(KindResponse),
 		"KIND_EXECUTE_DONE": int64(KindExecuteDone), "KIND_LOG": int64(KindLog), "KIND_INFER_EXEC": int64(KindInferExec),
 		"KIND_FREE": int64(KindFree), "KIND_MAP_REGION": int64(KindMapRegion), "KIND_UNMAP_REGION": int64(KindUnmapRegion),
-		"KIND_COLLECT_METRICS": int64(KindCollectMetrics),
-		"LOC_CLIENT":           LocClient, "LOC_CUDA": LocCUDA, "LOC_INLINE": LocInline, "INLINE_MAX": InlineMax,
+		"KIND_COLLECT_METRICS": int64(KindCollectMetrics), "KIND_CONTROL_RESULT": int64(KindControlResult),
+		"KIND_INFER_CANCEL": int64(KindInferCancel), "KIND_MODEL_CONTROL": int64(KindModelCtl),
+		"LOC_CLIENT": LocClient, "LOC_CUDA": LocCUDA, "LOC_INLINE": LocInline, "INLINE_MAX": InlineMax,
 		"LOC_ARENA0": LocArena0, "LOC_ARENA1": LocArena1, "LOC_NONE": LocNone, "FLAG_FINAL": FlagFinal,
 	}
 }

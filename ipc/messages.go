@@ -34,6 +34,8 @@ type Kind uint8
 //	             value, buckets [float] or nil, cumulative counts [int] or nil
 //	             (one per bucket, then +Inf), sum, count]. A reader thread
 //	             answers, not the model's: it comes even during a long execute.
+//	ControlResult [12, id, Error|nil, value]  the answer to the stub's
+//	             ModelControl with the same id
 //
 // Stub -> supervisor messages.
 //
@@ -54,6 +56,14 @@ type Kind uint8
 //	             supervisor sends Release for them once read); answered by
 //	             InferResult messages with the same id, the last one FlagFinal
 //	Free         [70, 0, [offset...]]  arena 0 blocks the stub no longer reads
+//	InferCancel  [71, id]  the model cancelled its BLS request id
+//	             (ResponseIterator.cancel()): the supervisor cancels the
+//	             callee's request; InferResult messages still end with FlagFinal
+//	ModelControl [72, id, op str, model_name str, options {str: any}]
+//	             the model loading API of pb_utils: op "load" (options
+//	             "config" str, "files" {str: bin}), "unload" (options
+//	             "unload_dependents" bool) or "is_ready" (options "version"
+//	             str); answered by ControlResult (value: bool for is_ready)
 //
 // Memory ownership: each side allocates what it sends in its own arena and
 // only the owner frees. The supervisor frees a request's inputs (arena 0)
@@ -76,6 +86,7 @@ const (
 	KindMapRegion      Kind = 9
 	KindUnmapRegion    Kind = 10
 	KindCollectMetrics Kind = 11
+	KindControlResult  Kind = 12
 
 	KindHello       Kind = 64
 	KindResult      Kind = 65
@@ -84,6 +95,8 @@ const (
 	KindLog         Kind = 68
 	KindInferExec   Kind = 69
 	KindFree        Kind = 70
+	KindInferCancel Kind = 71
+	KindModelCtl    Kind = 72
 )
 
 // Tensor locations (the loc element of a tensor descriptor).
@@ -294,6 +307,26 @@ type InferExecMsg struct {
 // FreeMsg is [70, 0, [offset...]]: arena 0 blocks the stub no longer reads.
 type FreeMsg struct{ Offsets []uint64 }
 
+// InferCancelMsg is [71, id]: cancel the stub's BLS request id.
+type InferCancelMsg struct{ ID uint64 }
+
+// ModelControlMsg is [72, id, op, model_name, options]. Options decode as
+// ResultMsg values do.
+type ModelControlMsg struct {
+	ID      uint64
+	Op      string
+	Model   string
+	Options map[string]any
+}
+
+// ControlResultMsg is [12, id, Error|nil, value]: the answer to a
+// ModelControl. Value is nil, a bool or a string.
+type ControlResultMsg struct {
+	ID    uint64
+	Error *Error
+	Value any
+}
+
 func (*InitializeMsg) Kind() Kind { return KindInitialize }
 func (*ExecuteMsg) Kind() Kind    { return KindExecute }
 func (*FinalizeMsg) Kind() Kind   { return KindFinalize }
@@ -313,3 +346,6 @@ func (*ExecuteDoneMsg) Kind() Kind    { return KindExecuteDone }
 func (*LogMsg) Kind() Kind            { return KindLog }
 func (*InferExecMsg) Kind() Kind      { return KindInferExec }
 func (*FreeMsg) Kind() Kind           { return KindFree }
+func (*InferCancelMsg) Kind() Kind    { return KindInferCancel }
+func (*ModelControlMsg) Kind() Kind   { return KindModelCtl }
+func (*ControlResultMsg) Kind() Kind  { return KindControlResult }

@@ -962,6 +962,16 @@ class InferenceResponseSender:
         return self._closed
 
 
+def _text(value, arg):
+    """A string argument as Triton's bindings take it: str, or bytes (a
+    value read from a BYTES tensor, say) decoded as UTF-8."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "surrogateescape")
+    raise TypeError("InferenceRequest(): argument '%s' must be a string, found %s" % (arg, type(value)))
+
+
 class InferenceRequest:
     """A request: one the server hands to execute, or a BLS request a model
     builds to call another model with exec()/async_exec()."""
@@ -1026,19 +1036,18 @@ class InferenceRequest:
                 )
         requested = []
         for name in requested_output_names:
-            if not isinstance(name, str):
-                raise TypeError("InferenceRequest(): requested_output_names must be strings, found " + str(type(name)))
+            name = _text(name, "requested_output_names")
             if name not in requested:
                 requested.append(name)
         self._handle = 0
-        self._id = str(request_id)
+        self._id = _text(request_id, "request_id")
         self._correlation_id = correlation_id
         self._flags = int(flags)
         self._inputs = inputs
         self._requested = requested
         self._params = _parameters_json(parameters)
         self._timeout = int(timeout)
-        self._model_name = str(model_name)
+        self._model_name = _text(model_name, "model_name")
         self._model_version = int(model_version)
         self._preferred_memory = preferred_memory
         self._trace = trace

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
 )
 
 // pending is one request from the moment it is queued until its final
@@ -46,6 +47,11 @@ type pending struct {
 	// direct batch's slots in place: no caller, no statistics, and its
 	// responses are dropped.
 	filler bool
+	// cancelled is set once the request is cancelled (its caller gave up,
+	// or a BLS caller cancelled it): a queued request is dropped, and the
+	// stub running it is told (Cancel), so request.is_cancelled() turns
+	// true in the model.
+	cancelled atomic.Bool
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
@@ -96,10 +102,44 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 // fail ends the request with err unless it already ended.
 func (p *pending) fail(err error) { p.respond(nil, err, true) }
 
-// assign records the stub process the request is sent to.
+// assign records the stub process the request is sent to. A request
+// cancelled before that is cancelled on the stub too: the stub keeps the
+// handle, so the Cancel may even arrive before the Execute.
 func (p *pending) assign(sp *stubProc) {
 	if p.runner.CompareAndSwap(nil, sp) {
 		close(p.assigned)
+	}
+	if p.cancelled.Load() {
+		p.tellStub(sp)
+	}
+}
+
+// cancel cancels the request: a queued one is dropped when its batch is
+// formed, a running one is reported to its stub. The request still ends
+// as usual (the model decides how it answers a cancelled request).
+func (p *pending) cancel() {
+	if p.cancelled.Swap(true) {
+		return
+	}
+	if sp := p.runner.Load(); sp != nil {
+		p.tellStub(sp)
+	}
+}
+
+// tellStub sends Cancel for the request to the stub that runs it, unless
+// the request has already ended.
+func (p *pending) tellStub(sp *stubProc) {
+	p.mu.Lock()
+	ended := p.ended
+	p.mu.Unlock()
+	if ended || !sp.alive() {
+		return
+	}
+	sp.mu.Lock()
+	handle := p.handle
+	sp.mu.Unlock()
+	if err := sp.conn.Send(&ipc.CancelMsg{Handle: handle}); err != nil && sp.alive() {
+		sp.log.Warn("send Cancel", "handle", handle, "error", err)
 	}
 }
 
@@ -140,6 +180,7 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 		return p.resp, p.err
 	}
 	p.abandoned = true
+	go p.cancel()
 	if sp := p.runner.Load(); sp != nil {
 		// The stub still owes this request an answer, and it holds a
 		// pipeline slot until someone reads it: read on the caller's
@@ -153,7 +194,7 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 func (p *pending) gone() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ended || p.abandoned || p.ctx.Err() != nil
+	return p.ended || p.abandoned || p.cancelled.Load() || p.ctx.Err() != nil
 }
 
 // batch is the unit handed to one execute call.

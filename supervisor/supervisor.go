@@ -99,6 +99,8 @@ type Supervisor struct {
 
 	// shm is the registry of client shared-memory regions (clientshm.go).
 	shm clientShm
+	// bls is the registry of BLS requests in flight (bls.go).
+	blsReg blsCalls
 }
 
 var _ backendapi.Backend = (*Supervisor)(nil)
@@ -399,6 +401,7 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		pr.mu.Lock()
 		pr.abandoned = true
 		pr.mu.Unlock()
+		pr.cancel()
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
 		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)

@@ -59,6 +59,9 @@ _K_EXECUTE_DONE = ipc.KIND_EXECUTE_DONE
 _K_LOG = ipc.KIND_LOG
 _K_INFER_EXEC = ipc.KIND_INFER_EXEC
 _K_FREE = ipc.KIND_FREE
+_K_INFER_CANCEL = ipc.KIND_INFER_CANCEL
+_K_MODEL_CONTROL = ipc.KIND_MODEL_CONTROL
+_K_CONTROL_RESULT = ipc.KIND_CONTROL_RESULT
 _ARENA0 = ipc.LOC_ARENA0
 _ARENA1 = ipc.LOC_ARENA1
 _NONE = ipc.LOC_NONE
@@ -131,8 +134,13 @@ class _Call:
         return self.host._bls_response(wire)
 
     def cancel(self):
-        self.host._diag("WARNING", "ResponseIterator.cancel(): the stub protocol has no BLS cancellation yet; "
-                        "the request runs to completion")
+        """Ask the supervisor to cancel the request (the callee sees
+        is_cancelled()); its responses still arrive, up to the final one."""
+        host = self.host
+        with host._cond:
+            open_ = self.id in host._calls  # its final response has not arrived
+        if open_:
+            host._send([_K_INFER_CANCEL, self.id])
 
 
 class _SharedMemoryShim:
@@ -736,9 +744,14 @@ class Host:
             for t in request._inputs:
                 inputs.append(self._write_tensor(t))
         except _PoolExhausted as exc:
-            self._free_owned([i[4] for i in inputs if i[5]])
-            raise pb.TritonModelException("Failed to allocate the BLS request inputs in the shared memory pool: %s"
-                                          % (exc,))
+            self._free_owned([i[4] for i in inputs if i[5] and i[3] == _ARENA1])
+            # Triton answers with an error response, not an exception.
+            call = _Call(self, call_id)
+            call.queue.append([0, _FINAL, [_INTERNAL, "Failed to increase the shared memory pool size for the BLS "
+                                           "request inputs: %s" % (exc,)], [], ""])
+            if decoupled:
+                return pb._response_iterator(call)
+            return self._bls_response(call.queue.popleft())
         wire = [call_id, request._id, request._correlation_id, request._flags, inputs,
                 request._requested, request._params, request._timeout]
         call = _Call(self, call_id)

@@ -239,8 +239,16 @@ class RequestTest(unittest.TestCase):
         r.set_flags(2)
         self.assertEqual(r.flags(), 2)
 
+    def test_bytes_arguments(self):
+        # python_backend's BLS example passes a name read from a BYTES tensor.
+        name = np.array([b"add_sub"], dtype=np.object_)[0]
+        r = pb.InferenceRequest(model_name=name, inputs=[], requested_output_names=[b"OUT", "OUT"], request_id=b"r1")
+        self.assertEqual((r.model_name(), r.requested_output_names(), r.request_id()), ("add_sub", ["OUT"], "r1"))
+        self.assertEqual(r._model_version, -1)  # the latest version, resolved by the server
+
     def test_argument_validation(self):
         cases = {
+            "int model_name": (dict(model_name=3, inputs=[], requested_output_names=[]), TypeError, "model_name"),
             "missing model_name": (dict(inputs=[], requested_output_names=[]), TypeError, "model_name"),
             "None inputs": (dict(model_name="m", inputs=None, requested_output_names=[]), TypeError, "inputs"),
             "None in inputs": (dict(model_name="m", inputs=[None], requested_output_names=[]),
