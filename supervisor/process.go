@@ -85,8 +85,10 @@ type procEnv struct {
 	spin             time.Duration // how long a lone reader polls (Options.IPC.Spin)
 	heartbeatTimeout time.Duration // Options.HeartbeatTimeout
 	regions          *clientShm    // the client shared-memory registry
-	// bls serves an inference request the stub's model makes (bls.go).
-	bls func(*stubProc, *ipc.InferExecMsg)
+	// bls serves an inference request the stub's model makes, and
+	// blsCancel cancels one (bls.go).
+	bls       func(*stubProc, *ipc.InferExecMsg)
+	blsCancel func(*stubProc, *ipc.InferCancelMsg)
 }
 
 // errStubExited is the sentinel for requests that a dying stub held.
@@ -145,7 +147,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	launched = true
 	p := &stubProc{
 		shm:  stubShm{life: lifeParent},
-		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls},
+		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls, blsCancel: sup.blsInferCancel},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
 		slots: make(chan struct{}, inst.mv.pipelineDepth), lead: make(chan struct{}, 1),

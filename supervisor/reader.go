@@ -111,6 +111,8 @@ func (p *stubProc) handle(m ipc.Message) {
 		go p.env.bls(p, m)
 	case *ipc.FreeMsg:
 		p.freeOwn(m.Offsets)
+	case *ipc.InferCancelMsg:
+		p.env.blsCancel(p, m)
 	default:
 		p.log.Warn("unexpected message from stub", "kind", m.Kind())
 	}

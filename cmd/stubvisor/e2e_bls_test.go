@@ -112,7 +112,7 @@ func blsStreamRequest(id string, cancelAfter int32, in ...int32) *pb.ModelInferR
 func TestBLS(t *testing.T) {
 	pythonOK(t)
 	repo := copyRepo(t, "bls_forward", "bls_forward_async", "bls_stream", "add_sub", "identity_timeout",
-		"repeat_decoupled")
+		"repeat_decoupled", "cancel_watch_stream")
 	s := startServer(t, repo)
 	_, c := grpcClient(t, s)
 	in0, in1 := []float32{1, 2, 3, 4}, []float32{10, 20, 30, 40}
@@ -250,6 +250,27 @@ func TestBLS(t *testing.T) {
 		if len(got) != 4 || got[0]["OUT"] != 5 || got[1]["OUT"] != 6 || got[2]["OUT"] != 7 || got[3]["CANCELLED"] != 0 {
 			t.Fatalf("streamed %v, want OUT 5, 6, 7 then CANCELLED false", got)
 		}
+		_ = st.CloseSend()
+	})
+
+	t.Run("ResponseIterator.cancel cancels the callee", func(t *testing.T) {
+		st, err := c.ModelStreamInfer(callCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(blsStreamRequest("c", 3, 0)); err != nil {
+			t.Fatal(err)
+		}
+		got := streamInt32(t, st)
+		// The callee streams a tick every 10 ms for 30 s unless cancelled;
+		// the caller cancels after three, a few more may be on the way.
+		if len(got) < 4 || got[len(got)-1]["CANCELLED"] != 1 || len(got) > 100 {
+			t.Fatalf("streamed %v, want 3 or a few more ticks, then CANCELLED true", got)
+		}
+		// The stub's log line travels apart from the responses.
+		waitFor(t, 10*time.Second, "the callee to log its cancellation", func() bool {
+			return strings.Contains(s.Log(), "cancel_watch: request '' cancelled")
+		})
 		_ = st.CloseSend()
 	})
 
