@@ -115,9 +115,14 @@ func runHTTPBench(args []string) error {
 	warmup := fs.Duration("warmup", 500*time.Millisecond, "unmeasured time before each case")
 	workers := fs.Int("fastapi-workers", 2, "uvicorn workers of the FastAPI yardstick (0 leaves it out)")
 	sf := addServerFlags(fs)
+	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
 	only := fs.String("case", "", "run only the cases whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var extra []string
+	if *spin != "" {
+		extra = append(extra, "--stub-spin", *spin)
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""},
@@ -126,7 +131,7 @@ func runHTTPBench(args []string) error {
 		return err
 	}
 	defer env.close()
-	srv, err := env.start("HTTP")
+	srv, err := env.start("HTTP", extra...)
 	if err != nil {
 		return err
 	}
