@@ -14,24 +14,24 @@ type aliasModel struct{}
 
 func (aliasModel) Initialize(map[string]string) error { return nil }
 func (aliasModel) Finalize() error                    { return nil }
-func (aliasModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (aliasModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
-		_ = r.Send(backendapi.ModelResponse{}, false)
+		_ = r.Send(ModelResponse{}, false)
 		deadline := time.Now().Add(waitBound)
 		for !r.Cancelled() {
 			if time.Now().After(deadline) {
-				_ = r.Send(backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
+				_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
 				return nil
 			}
 		}
 		in, _ := r.Input("IN0")
 		out, err := r.Output("OUT0", in.DataType, in.Shape)
 		if err != nil {
-			_ = r.Send(backendapi.ModelResponse{Err: err}, true)
+			_ = r.Send(ModelResponse{Err: err}, true)
 			continue
 		}
 		copy(out, in.Data)
-		_ = r.Send(backendapi.ModelResponse{}, true)
+		_ = r.Send(ModelResponse{}, true)
 	}
 	return nil
 }
@@ -41,12 +41,12 @@ type sloppyModel struct{}
 
 func (sloppyModel) Initialize(map[string]string) error { return nil }
 func (sloppyModel) Finalize() error                    { return nil }
-func (sloppyModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (sloppyModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		in, _ := r.Input("IN0")
 		if out, err := r.Output("OUT0", in.DataType, in.Shape); err == nil {
 			copy(out, in.Data)
 		}
 	}
-	return make([]backendapi.ModelResponse, len(reqs))
+	return make([]ModelResponse, len(reqs))
 }

@@ -1,7 +1,12 @@
-// Package stub is the Go side of a stub process: the library a Go-native
-// model's main calls (stub.Serve(model)) so the supervisor can run it
-// exactly like a Python model. It speaks the protocol of package ipc, as
-// python/stubvisor/host.py does for Python models:
+// Package stub is the Go side of a stub process, and the one package a
+// Go-native model is written against: the model implements Model (and
+// optionally ReadyChecker), reads its ModelRequests and answers with
+// ModelResponses (model.go), and its main calls stub.Serve(model) so the
+// supervisor can run it exactly like a Python model. Data types and error
+// codes are backendapi's (DataType, Errorf), the same the front ends use.
+//
+// It speaks the protocol of package ipc, as python/stubvisor/host.py does
+// for Python models:
 //
 //   - it attaches the region the supervisor passed as fd 3, says Hello and
 //     beats the heartbeat word every 100 ms from its own goroutine;

@@ -10,7 +10,7 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// request is the stub side of one ModelRequest (its backendapi.RequestEnv).
+// request is the stub side of one ModelRequest (its requestEnv).
 type request struct {
 	h         *host
 	handle    uint64
@@ -23,7 +23,7 @@ type request struct {
 	final     bool         // the final response went out; nothing more may
 }
 
-var _ backendapi.RequestEnv = (*request)(nil)
+var _ requestEnv = (*request)(nil)
 
 // target returns where the client wants output name, if in its shared
 // memory.
@@ -83,7 +83,7 @@ var errSenderClosed = backendapi.Errorf(backendapi.Internal, "Unable to send res
 
 // Send sends one response through the response sender (decoupled models,
 // or a model that answers before Execute returns).
-func (r *request) Send(resp backendapi.ModelResponse, final bool) error {
+func (r *request) Send(resp ModelResponse, final bool) error {
 	var flags uint32
 	if final {
 		flags = ipc.FlagFinal
@@ -113,7 +113,7 @@ func (r *request) Cancelled() bool {
 // since the last response plus the extra ones (copied into the arena),
 // pruned to the requested outputs. A response after the final one is
 // refused; a response whose outputs do not fit becomes an error.
-func (r *request) wire(resp backendapi.ModelResponse, flags uint32) (ipc.Response, error) {
+func (r *request) wire(resp ModelResponse, flags uint32) (ipc.Response, error) {
 	r.mu.Lock()
 	if r.final {
 		r.mu.Unlock()
@@ -202,11 +202,11 @@ func wireError(err error) *ipc.Error {
 // restarts it (see the package doc).
 func (h *host) execute(m *ipc.ExecuteMsg) {
 	envs := make([]*request, len(m.Requests))
-	reqs := make([]*backendapi.ModelRequest, len(m.Requests))
+	reqs := make([]*ModelRequest, len(m.Requests))
 	for i := range m.Requests {
 		w := &m.Requests[i]
 		env := &request{h: h, handle: w.Handle, requested: w.RequestedOutputs, targets: w.OutputTargets}
-		mr := backendapi.NewModelRequest(env)
+		mr := &ModelRequest{env: env}
 		mr.ID, mr.Flags, mr.RequestedOutputs, mr.Parameters = w.ID, w.Flags, w.RequestedOutputs, w.ParametersJSON
 		mr.Timeout = time.Duration(w.TimeoutMicros) * time.Microsecond
 		switch c := w.CorrelationID.(type) {
@@ -217,14 +217,14 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		case int64:
 			mr.CorrelationID = backendapi.CorrelationID{Uint: uint64(c)}
 		}
-		mr.Inputs = make([]backendapi.Tensor, len(w.Inputs))
+		mr.Inputs = make([]Tensor, len(w.Inputs))
 		for j, t := range w.Inputs {
 			data, err := h.inputView(t)
 			if err != nil {
 				h.failBatch(m.BatchID, envs[:i], fmt.Errorf("input '%s' of request %d: %w", t.Name, w.Handle, err))
 				return
 			}
-			mr.Inputs[j] = backendapi.Tensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data}
+			mr.Inputs[j] = Tensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data}
 		}
 		envs[i], reqs[i] = env, mr
 	}
@@ -284,7 +284,7 @@ func (h *host) inputView(t ipc.Tensor) ([]byte, error) {
 
 // callExecute calls the model's Execute, reporting a panic before it kills the
 // process.
-func (h *host) callExecute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (h *host) callExecute(reqs []*ModelRequest) []ModelResponse {
 	defer func() {
 		if p := recover(); p != nil {
 			h.logf("ERROR", "Go model '%s' panicked in Execute: %v; the stub exits and is restarted", h.instance, p)

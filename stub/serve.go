@@ -43,11 +43,11 @@ const (
 // started it, and never returns: the process exits after Finalize (status
 // 0), when the supervisor dies (1), when fd 3 is not a region (2), or
 // when a frame breaks the protocol (3).
-func Serve(model backendapi.Model) {
+func Serve(model Model) {
 	os.Exit(serve(model))
 }
 
-func serve(model backendapi.Model) int {
+func serve(model Model) int {
 	// The supervisor owns the life cycle: Finalize, then SIGKILL.
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
 	// Take the lifeline before anything else can open a descriptor.
@@ -65,7 +65,7 @@ func serve(model backendapi.Model) int {
 // host serves one model instance over one connection.
 type host struct {
 	conn     *ipc.Conn
-	model    backendapi.Model
+	model    Model
 	instance string
 
 	decoupled   bool
@@ -88,7 +88,7 @@ type host struct {
 	exit chan int
 }
 
-func newHost(conn *ipc.Conn, model backendapi.Model, instance string, life int) *host {
+func newHost(conn *ipc.Conn, model Model, instance string, life int) *host {
 	return &host{
 		conn: conn, model: model, instance: instance,
 		shm:       newRegions(life),
@@ -353,7 +353,7 @@ func (h *host) ready() bool {
 	if !h.initialized {
 		return false
 	}
-	if r, ok := h.model.(backendapi.ReadyChecker); ok {
+	if r, ok := h.model.(ReadyChecker); ok {
 		return r.IsReady()
 	}
 	return true

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 // roles are the models a helper process can serve.
-var roles = map[string]backendapi.Model{
+var roles = map[string]Model{
 	"echo":      &echoModel{},
 	"repeat":    &repeatModel{},
 	"cancel":    &cancelModel{},
@@ -56,8 +56,8 @@ type echoModel struct {
 
 func (m *echoModel) Initialize(args map[string]string) error { m.args = args; return m.initErr }
 func (m *echoModel) Finalize() error                         { return nil }
-func (m *echoModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
-	resps := make([]backendapi.ModelResponse, len(reqs))
+func (m *echoModel) Execute(reqs []*ModelRequest) []ModelResponse {
+	resps := make([]ModelResponse, len(reqs))
 	for i, r := range reqs {
 		in, ok := r.Input("IN0")
 		if !ok {
@@ -81,7 +81,7 @@ func (m *echoModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelR
 			copy(out, in.Data)
 		}
 		// One output from ordinary Go memory, copied by the stub.
-		resps[i].Outputs = []backendapi.Tensor{{Name: "MODEL", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: bytesElem(m.args["model_name"])}}
+		resps[i].Outputs = []Tensor{{Name: "MODEL", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: bytesElem(m.args["model_name"])}}
 	}
 	return resps
 }
@@ -92,20 +92,20 @@ type repeatModel struct{}
 
 func (repeatModel) Initialize(map[string]string) error { return nil }
 func (repeatModel) Finalize() error                    { return nil }
-func (repeatModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (repeatModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		go func() {
 			in, _ := r.Input("IN")
 			for i := 0; i+4 <= len(in.Data); i += 4 {
 				out, err := r.Output("OUT", backendapi.TypeInt32, []int64{1})
 				if err != nil {
-					_ = r.Send(backendapi.ModelResponse{Err: err}, true)
+					_ = r.Send(ModelResponse{Err: err}, true)
 					return
 				}
 				copy(out, in.Data[i:i+4])
-				_ = r.Send(backendapi.ModelResponse{}, false)
+				_ = r.Send(ModelResponse{}, false)
 			}
-			_ = r.Send(backendapi.ModelResponse{}, true)
+			_ = r.Send(ModelResponse{}, true)
 		}()
 	}
 	return nil
@@ -117,17 +117,17 @@ type cancelModel struct{}
 
 func (cancelModel) Initialize(map[string]string) error { return nil }
 func (cancelModel) Finalize() error                    { return nil }
-func (cancelModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (cancelModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
-		_ = r.Send(backendapi.ModelResponse{}, false)
+		_ = r.Send(ModelResponse{}, false)
 		deadline := time.Now().Add(10 * time.Second)
 		for !r.Cancelled() {
 			if time.Now().After(deadline) {
-				_ = r.Send(backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
+				_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
 				return nil
 			}
 		}
-		_ = r.Send(backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.Cancelled, "request cancelled")}, true)
+		_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Cancelled, "request cancelled")}, true)
 	}
 	return nil
 }
@@ -137,11 +137,11 @@ type wrongSizeModel struct{}
 
 func (wrongSizeModel) Initialize(map[string]string) error { return nil }
 func (wrongSizeModel) Finalize() error                    { return nil }
-func (wrongSizeModel) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (wrongSizeModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		_, _ = r.Output("OUT0", backendapi.TypeInt32, []int64{4}) // freed by the stub when the batch fails
 	}
-	return []backendapi.ModelResponse{}
+	return []ModelResponse{}
 }
 
 func bytesElem(s string) []byte {

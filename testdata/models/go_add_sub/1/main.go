@@ -16,15 +16,15 @@ type model struct{}
 func (model) Initialize(map[string]string) error { return nil }
 func (model) Finalize() error                    { return nil }
 
-func (model) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
-	resps := make([]backendapi.ModelResponse, len(reqs))
+func (model) Execute(reqs []*stub.ModelRequest) []stub.ModelResponse {
+	resps := make([]stub.ModelResponse, len(reqs))
 	for i, r := range reqs {
 		resps[i].Err = addSub(r)
 	}
 	return resps
 }
 
-func addSub(r *backendapi.ModelRequest) error {
+func addSub(r *stub.ModelRequest) error {
 	a, okA := r.Input("INPUT0")
 	b, okB := r.Input("INPUT1")
 	if !okA || !okB || len(a.Data) != len(b.Data) {

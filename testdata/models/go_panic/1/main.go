@@ -15,8 +15,8 @@ type model struct{}
 func (model) Initialize(map[string]string) error { return nil }
 func (model) Finalize() error                    { return nil }
 
-func (model) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
-	resps := make([]backendapi.ModelResponse, len(reqs))
+func (model) Execute(reqs []*stub.ModelRequest) []stub.ModelResponse {
+	resps := make([]stub.ModelResponse, len(reqs))
 	for i, r := range reqs {
 		in, ok := r.Input("IN0")
 		if !ok || len(in.Data) < 4 {

@@ -15,7 +15,7 @@ type model struct{}
 func (model) Initialize(map[string]string) error { return nil }
 func (model) Finalize() error                    { return nil }
 
-func (model) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
+func (model) Execute(reqs []*stub.ModelRequest) []stub.ModelResponse {
 	for _, r := range reqs {
 		go repeat(r)
 	}
@@ -24,10 +24,10 @@ func (model) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse
 
 // repeat answers one request; its input stays valid until the final
 // response.
-func repeat(r *backendapi.ModelRequest) {
+func repeat(r *stub.ModelRequest) {
 	in, ok := r.Input("IN")
 	if !ok {
-		_ = r.Send(backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.InvalidArg, "request has no input 'IN'")}, true)
+		_ = r.Send(stub.ModelResponse{Err: backendapi.Errorf(backendapi.InvalidArg, "request has no input 'IN'")}, true)
 		return
 	}
 	le := binary.LittleEndian
@@ -44,15 +44,15 @@ func repeat(r *backendapi.ModelRequest) {
 			}
 		}
 		if err != nil {
-			_ = r.Send(backendapi.ModelResponse{Err: err}, true)
+			_ = r.Send(stub.ModelResponse{Err: err}, true)
 			return
 		}
-		if err := r.Send(backendapi.ModelResponse{}, false); err != nil {
+		if err := r.Send(stub.ModelResponse{}, false); err != nil {
 			stub.Logf("ERROR", "go_repeat: send: %v", err)
 			return
 		}
 	}
-	_ = r.Send(backendapi.ModelResponse{}, true)
+	_ = r.Send(stub.ModelResponse{}, true)
 }
 
 func main() { stub.Serve(model{}) }

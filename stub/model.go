@@ -1,6 +1,10 @@
-package backendapi
+package stub
 
-import "time"
+import (
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
 
 // Model is a model written in Go. Its binary calls stub.Serve(model) from
 // main; the supervisor runs it in a stub process exactly like a Python
@@ -42,7 +46,7 @@ type ReadyChecker interface {
 // response). Copy what must outlive that.
 type Tensor struct {
 	Name     string
-	DataType DataType
+	DataType backendapi.DataType
 	Shape    []int64
 	Data     []byte
 }
@@ -56,18 +60,17 @@ type ModelResponse struct {
 	Outputs []Tensor
 	// Parameters is a JSON object of response parameters, or "".
 	Parameters string
-	// Err fails the request; build it with Errorf to choose its Code
+	// Err fails the request; build it with backendapi.Errorf to choose its Code
 	// (Internal otherwise).
 	Err error
 }
 
-// RequestEnv is the stub side of one request: the allocator and sender
-// behind ModelRequest's methods. Package stub implements it; models never
-// do.
-type RequestEnv interface {
+// requestEnv is the stub side of one request: the allocator and sender
+// behind ModelRequest's methods (request, in execute.go).
+type requestEnv interface {
 	// Output allocates an output tensor of n bytes for the request's next
 	// response.
-	Output(name string, dt DataType, shape []int64, n int) ([]byte, error)
+	Output(name string, dt backendapi.DataType, shape []int64, n int) ([]byte, error)
 	// Send sends one response; final ends the request.
 	Send(resp ModelResponse, final bool) error
 	// Cancelled reports whether the client gave up on the request.
@@ -77,7 +80,7 @@ type RequestEnv interface {
 // ModelRequest is one inference request handed to Model.Execute.
 type ModelRequest struct {
 	ID            string
-	CorrelationID CorrelationID
+	CorrelationID backendapi.CorrelationID
 	Flags         uint32
 	// Inputs are views of shared memory (see Tensor).
 	Inputs []Tensor
@@ -97,12 +100,8 @@ type ModelRequest struct {
 	// ModelResponse for it, which is dropped.
 	Reschedule bool
 
-	env RequestEnv
+	env requestEnv
 }
-
-// NewModelRequest returns an empty request bound to env; package stub
-// fills in the rest.
-func NewModelRequest(env RequestEnv) *ModelRequest { return &ModelRequest{env: env} }
 
 // Input returns the named input, or false when the request has none.
 func (r *ModelRequest) Input(name string) (Tensor, bool) {
@@ -118,15 +117,15 @@ func (r *ModelRequest) Input(name string) (Tensor, bool) {
 // directly in the stub's shared memory, so the model fills it in place and
 // nothing is copied on the way out. The output joins the request's next
 // response (the return value of Execute, or the next Send).
-func (r *ModelRequest) Output(name string, dt DataType, shape []int64) ([]byte, error) {
+func (r *ModelRequest) Output(name string, dt backendapi.DataType, shape []int64) ([]byte, error) {
 	size := dt.Size()
 	if size <= 0 {
-		return nil, Errorf(InvalidArg, "output '%s': datatype %s has no fixed element size; use OutputBytes", name, dt)
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "output '%s': datatype %s has no fixed element size; use OutputBytes", name, dt)
 	}
 	n := size
 	for _, d := range shape {
 		if d < 0 {
-			return nil, Errorf(InvalidArg, "output '%s': negative dimension in shape %v", name, shape)
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "output '%s': negative dimension in shape %v", name, shape)
 		}
 		n *= int(d)
 	}
@@ -136,9 +135,9 @@ func (r *ModelRequest) Output(name string, dt DataType, shape []int64) ([]byte, 
 // OutputBytes is Output for a tensor of n bytes whose size the datatype
 // does not fix (BYTES: each element a 4-byte little-endian length and its
 // bytes).
-func (r *ModelRequest) OutputBytes(name string, dt DataType, shape []int64, n int) ([]byte, error) {
+func (r *ModelRequest) OutputBytes(name string, dt backendapi.DataType, shape []int64, n int) ([]byte, error) {
 	if n < 0 {
-		return nil, Errorf(InvalidArg, "output '%s': negative size %d", name, n)
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "output '%s': negative size %d", name, n)
 	}
 	return r.env.Output(name, dt, shape, n)
 }
