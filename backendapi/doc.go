@@ -1,0 +1,35 @@
+// Package backendapi is the contract between the front ends (package
+// server: HTTP, gRPC, metrics, the status page) and the core (package
+// supervisor). The front ends know only this package; the core implements
+// Backend. It holds the request and response types, the typed errors
+// (Code, Errorf) that the front ends alone map to HTTP and gRPC statuses,
+// tensor data types, model and stub states, and the generated Triton
+// protos and model configuration (inferencepb, modelconfig).
+//
+// The API a Go model is written against is not here but in package stub,
+// which uses this package's DataType and Errorf as its vocabulary.
+//
+// # Ownership across the contract
+//
+//   - Requests. The front end owns an InferRequest and every slice it
+//     holds (input bytes, shapes, names), and may reuse them once Infer or
+//     InferStream has returned. The backend reads them while the call
+//     runs and copies what it sends to a stub (input bytes go into the
+//     stub's shared memory), so it keeps nothing of the request after
+//     returning. One exception is known and not yet closed: a request
+//     whose ctx ends while its inputs are being copied to a stub, or whose
+//     stub answers after the caller gave up, is still read by the core for
+//     that copy, or to match the late answer against the request's
+//     outputs, after Infer has returned.
+//   - Responses. The InferResponse that Infer returns belongs to the
+//     caller until it calls Release: its output bytes may be a view of a
+//     stub's shared memory, which goes back to the stub at Release, so
+//     nothing may read them afterwards. A response passed to InferStream's
+//     send is valid only during that call; the backend releases it.
+//   - Shared memory. Client regions registered through the backend are
+//     kept (by fd) until unregistered; a region in use by a request is
+//     closed when its last request ends.
+//   - Errors. Every error a Backend method returns carries a Code (built
+//     with Errorf or wrapping one); its text is Triton's where Triton
+//     defines one, and is shown to the client as is.
+package backendapi
