@@ -18,18 +18,18 @@ type model struct{}
 func (model) Initialize(map[string]string) error { return nil }
 func (model) Finalize() error                    { return nil }
 
-func (model) Execute(reqs []*backendapi.ModelRequest) []backendapi.ModelResponse {
-	out := make([]backendapi.ModelResponse, len(reqs))
+func (model) Execute(reqs []*stub.ModelRequest) []stub.ModelResponse {
+	out := make([]stub.ModelResponse, len(reqs))
 	for i, r := range reqs {
 		out[i] = watch(r)
 	}
 	return out
 }
 
-func watch(r *backendapi.ModelRequest) backendapi.ModelResponse {
+func watch(r *stub.ModelRequest) stub.ModelResponse {
 	in, ok := r.Input("WAIT_MS")
 	if !ok || len(in.Data) != 4 {
-		return backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.InvalidArg, "request needs WAIT_MS")}
+		return stub.ModelResponse{Err: backendapi.Errorf(backendapi.InvalidArg, "request needs WAIT_MS")}
 	}
 	stub.Logf("INFO", "go_cancel_watch: request '%s' running", r.ID)
 	deadline := time.Now().Add(time.Duration(binary.LittleEndian.Uint32(in.Data)) * time.Millisecond)
@@ -37,17 +37,17 @@ func watch(r *backendapi.ModelRequest) backendapi.ModelResponse {
 	for time.Now().Before(deadline) {
 		if r.Cancelled() {
 			stub.Logf("INFO", "go_cancel_watch: request '%s' cancelled", r.ID)
-			return backendapi.ModelResponse{Err: backendapi.Errorf(backendapi.Cancelled, "request cancelled")}
+			return stub.ModelResponse{Err: backendapi.Errorf(backendapi.Cancelled, "request cancelled")}
 		}
 		time.Sleep(10 * time.Millisecond) // the model's own pace, not a synchronisation
 		ticks++
 	}
 	buf, err := r.Output("TICKS", backendapi.TypeInt32, []int64{1})
 	if err != nil {
-		return backendapi.ModelResponse{Err: err}
+		return stub.ModelResponse{Err: err}
 	}
 	binary.LittleEndian.PutUint32(buf, uint32(ticks))
-	return backendapi.ModelResponse{}
+	return stub.ModelResponse{}
 }
 
 func main() { stub.Serve(model{}) }
