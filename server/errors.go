@@ -54,8 +54,11 @@ func invalidArg(format string, args ...any) error {
 }
 
 // fieldError is Triton's RETURN_MSG_IF_ERR form: "<context>: <detail>".
+// The detail comes from Triton's JSON accessors, whose errors are of class
+// INTERNAL, and RETURN_MSG_IF_ERR keeps the class: a member of the wrong
+// type or a missing member is answered with 500, as Triton does.
 func fieldError(context, detail string) error {
-	return backendapi.Errorf(backendapi.InvalidArg, "%s: %s", context, detail)
+	return backendapi.Errorf(backendapi.Internal, "%s: %s", context, detail)
 }
 
 var (
@@ -83,4 +86,10 @@ func writeErrorStatus(w http.ResponseWriter, status int, msg string) {
 	h.Del("Inference-Header-Content-Length")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// isAccessorError reports whether err is one of Triton's JSON accessor
+// errors (class INTERNAL, see fieldError) rather than a request error.
+func isAccessorError(err error) bool {
+	return backendapi.CodeOf(err) == backendapi.Internal && !isSyntaxError(err)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"regexp"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -41,6 +42,10 @@ type GRPCOptions struct {
 	// ServerOptions are appended to the grpc.Server options (tests and
 	// benchmarks use them for interceptors).
 	ServerOptions []grpc.ServerOption
+	// HeaderForwardPattern, when set, forwards the request metadata whose
+	// keys it matches to the model as string parameters
+	// (--grpc-header-forward-pattern; see CompileForwardPattern).
+	HeaderForwardPattern string
 }
 
 // GRPCServer serves a backendapi.Backend as Triton's
@@ -51,6 +56,7 @@ type GRPCServer struct {
 	pb.UnimplementedGRPCInferenceServiceServer
 
 	backend  backendapi.Backend
+	forward  *regexp.Regexp // header forward pattern, or nil
 	log      hclog.Logger
 	metadata *pb.ServerMetadataResponse
 	logging  *logSettings
@@ -77,7 +83,12 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	forward, err := CompileForwardPattern(opts.HeaderForwardPattern)
+	if err != nil {
+		return nil, err
+	}
 	g := &GRPCServer{
+		forward: forward,
 		backend: backend,
 		log:     opts.Logger,
 		metadata: &pb.ServerMetadataResponse{

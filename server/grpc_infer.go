@@ -105,6 +105,9 @@ func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grp
 	if len(req.GetOutputs()) > 0 {
 		ir.Outputs = make([]backendapi.RequestedOutput, len(req.GetOutputs()))
 		for i, o := range req.GetOutputs() {
+			if err := checkDuplicateOutput(ir.Outputs[:i], o.GetName()); err != nil {
+				return opts, err
+			}
 			out := &ir.Outputs[i]
 			out.Name = o.GetName()
 			if p, ok := o.GetParameters()[paramClassify]; ok {
@@ -437,6 +440,9 @@ func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) 
 	if _, err := parseGRPCInfer(req, &ir); err != nil {
 		return nil, grpcError(g.requestError(ctx, req, err))
 	}
+	if err := g.forwardMetadata(ctx, &ir); err != nil {
+		return nil, grpcError(err)
+	}
 	resp, err := g.backend.Infer(ctx, &ir)
 	if err != nil {
 		if errors.Is(err, backendapi.ErrDecoupled) {
@@ -556,6 +562,10 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 	opts, err := parseGRPCInfer(req, &ir)
 	if err != nil {
 		st.fail(req, &ir, st.g.requestError(st.ctx, req, err))
+		return
+	}
+	if err := st.g.forwardMetadata(st.ctx, &ir); err != nil {
+		st.fail(req, &ir, err)
 		return
 	}
 	var prev chan struct{}

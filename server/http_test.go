@@ -320,7 +320,7 @@ func TestInferRaw(t *testing.T) {
 		})
 	}
 	r := ts.do(t, "POST", "/v2/models/add_sub/infer", f32(1), map[string]string{hdrInferHeaderLength: "0"})
-	if want := errorBody("raw binary request to model 'add_sub' must be for a model with exactly one input, the model has 2"); r.status != 400 || string(r.body) != want {
+	if want := errorBody("Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'add_sub' model configuration"); r.status != 400 || string(r.body) != want {
 		t.Fatalf("raw request to a two-input model: %d %s", r.status, r.body)
 	}
 }
@@ -434,9 +434,11 @@ func TestInferErrors(t *testing.T) {
 		{"unknown model", "nope", []byte(okBody), nil, 400, "Request for unknown model: 'nope' is not found"},
 		{"not loaded", "unloaded", []byte(okBody), nil, 404, "Request for unknown model: 'unloaded' is not found"},
 		{"too large", "identity", bytes.Repeat([]byte(" "), 1025), nil, 400,
-			"Request JSON size of 1025 exceeds the maximum allowed value of 1024 bytes. Use --http-max-input-size to increase the limit."},
+			"request JSON size of 1025 bytes exceeds the maximum allowed input size of 1024 bytes. Use --http-max-input-size to increase the limit."},
+		{"raw too large", "identity", bytes.Repeat([]byte{0}, 1028), map[string]string{hdrInferHeaderLength: "0"}, 400,
+			"Raw input has a byte_size (1028 bytes) that exceeds the maximum allowed value of 1024 bytes. Use --http-max-input-size to increase the limit."},
 		{"inflated too large", "identity", gzipped(t, bytes.Repeat([]byte(" "), 4096)), map[string]string{"Content-Encoding": "gzip"}, 400,
-			"Request JSON size exceeds the maximum allowed value of 1024 bytes. Use --http-max-input-size to increase the limit."},
+			"request JSON size of more than 1024 bytes exceeds the maximum allowed input size of 1024 bytes. Use --http-max-input-size to increase the limit."},
 		{"header length not a number", "identity", []byte(okBody), map[string]string{hdrInferHeaderLength: "abc"}, 400,
 			"Unable to parse Inference-Header-Content-Length, got: abc"},
 		{"header length past the end", "identity", []byte(okBody), map[string]string{hdrInferHeaderLength: "1000"}, 400,
@@ -508,7 +510,7 @@ func TestRepository(t *testing.T) {
 		{"load config not string", "/v2/repository/models/x/load", `{"parameters":{"config":{}}}`, 400, errorBody("attempt to access JSON non-string as string")},
 		{"load with repository name", "/v2/repository/repo/models/x/load", "", 501, errorBody("'repository_name' specification is not supported")},
 		{"unload", "/v2/repository/models/add_sub/unload", `{"parameters":{"unload_dependents":true}}`, 200, ""},
-		{"unload bad flag", "/v2/repository/models/add_sub/unload", `{"parameters":{"unload_dependents":1}}`, 400,
+		{"unload bad flag", "/v2/repository/models/add_sub/unload", `{"parameters":{"unload_dependents":1}}`, 500,
 			errorBody("Unable to parse 'unload_dependents': attempt to access JSON non-boolean as boolean")},
 		{"bad action", "/v2/repository/models/add_sub/reload", "", 404, errorBody("Not Found")},
 	}

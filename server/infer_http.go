@@ -71,6 +71,12 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 	}
 	c.req.ModelName = model
 	c.req.ModelVersion = version
+	if s.forward != nil {
+		if err := forwardHTTPHeaders(s.forward, &c.req, r.Header); err != nil {
+			s.inferFailed(w, model, err)
+			return
+		}
+	}
 	resp, err := s.backend.Infer(ctx, &c.req)
 	if err != nil {
 		s.inferFailed(w, model, err)
@@ -89,12 +95,18 @@ func (s *Server) inferFailed(w http.ResponseWriter, model string, err error) {
 	writeError(w, err)
 }
 
-// tooLarge is the error for a body over the configured limit.
-func tooLarge(size, limit int64) error {
+// tooLarge is the error for a body over the configured limit, in Triton's
+// words for a JSON body and for a raw binary input. size is -1 when the body
+// was cut off at the limit without a length announced.
+func tooLarge(size, limit int64, raw bool) error {
+	n := strconv.FormatInt(size, 10)
 	if size < 0 {
-		return invalidArg("Request JSON size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
+		n = "more than " + strconv.FormatInt(limit, 10)
 	}
-	return invalidArg("Request JSON size of %d exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", size, limit)
+	if raw {
+		return invalidArg("Raw input has a byte_size (%s bytes) that exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
+	}
+	return invalidArg("request JSON size of %s bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
 }
 
 // readBody reads the request body into the call's pooled buffer,
@@ -108,8 +120,9 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 		w.Header()["Accept-Encoding"] = acceptEncodings
 		return nil, invalidArg("%s", msgCompression)
 	}
+	raw := isRawBody(r)
 	var err error
-	c.body, err = readLimited(c.body[:0], r.Body, r.ContentLength, limit)
+	c.body, err = readLimited(c.body[:0], r.Body, r.ContentLength, limit, raw)
 	if err != nil || enc == "" || enc == "identity" {
 		return c.body, err
 	}
@@ -120,7 +133,7 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 		zr, err = zlib.NewReader(bytes.NewReader(c.body))
 	}
 	if err == nil {
-		c.inflated, err = readLimited(c.inflated[:0], zr, -1, limit)
+		c.inflated, err = readLimited(c.inflated[:0], zr, -1, limit, raw)
 		_ = zr.Close()
 	}
 	if err != nil {
@@ -135,9 +148,9 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 
 // readLimited appends all of rd to dst, failing when it exceeds limit.
 // size is the announced length, or -1.
-func readLimited(dst []byte, rd io.Reader, size, limit int64) ([]byte, error) {
+func readLimited(dst []byte, rd io.Reader, size, limit int64, raw bool) ([]byte, error) {
 	if size > limit {
-		return dst, tooLarge(size, limit)
+		return dst, tooLarge(size, limit, raw)
 	}
 	if size >= 0 {
 		dst = slices.Grow(dst, int(size))[:size]
@@ -153,7 +166,7 @@ func readLimited(dst []byte, rd io.Reader, size, limit int64) ([]byte, error) {
 		n, err := rd.Read(dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+n]
 		if int64(len(dst)) > limit {
-			return dst[:0], tooLarge(-1, limit)
+			return dst[:0], tooLarge(-1, limit, raw)
 		}
 		if err == io.EOF {
 			return dst, nil
@@ -162,6 +175,13 @@ func readLimited(dst []byte, rd io.Reader, size, limit int64) ([]byte, error) {
 			return dst[:0], invalidArg("failed to read the request body: %v", err)
 		}
 	}
+}
+
+// isRawBody reports whether the body is one raw binary input
+// (Inference-Header-Content-Length: 0), for the wording of size errors.
+func isRawBody(r *http.Request) bool {
+	v := r.Header[hdrInferHeaderLength]
+	return len(v) > 0 && strings.TrimSpace(v[0]) == "0"
 }
 
 // inferHeaderLength reads Inference-Header-Content-Length: the length of the

@@ -564,6 +564,9 @@ func (c *inferCall) addInput(model string, f *inputFields, bin *[]byte, hdrGiven
 			in.Data = []byte{}
 			break
 		}
+		if err := checkJSONInputSize(f.name, shape, want, dt); err != nil {
+			return err
+		}
 		if !f.decoded {
 			saved := c.sc.pos
 			c.sc.pos = f.dataStart
@@ -684,6 +687,9 @@ func (c *inferCall) parseOutput() error {
 	case f.hasBinary:
 		kind = outJSON
 	}
+	if err := checkDuplicateOutput(c.req.Outputs, f.name); err != nil {
+		return err
+	}
 	c.req.Outputs = append(c.req.Outputs, out)
 	c.kinds = append(c.kinds, kind)
 	return nil
@@ -752,7 +758,7 @@ func (c *inferCall) kindOf(name string) outKind {
 // Every output is returned binary.
 func (c *inferCall) buildRawRequest(model string, meta *backendapi.ModelMetadata, maxBatchSize int32, data []byte) error {
 	if len(meta.Inputs) != 1 {
-		return invalidArg("raw binary request to model '%s' must be for a model with exactly one input, the model has %d", model, len(meta.Inputs))
+		return invalidArg("Raw request must only have 1 input (found 1) to be deduced but got %d inputs in '%s' model configuration", len(meta.Inputs), model)
 	}
 	im := meta.Inputs[0]
 	dims := im.Shape
@@ -763,7 +769,10 @@ func (c *inferCall) buildRawRequest(model string, meta *backendapi.ModelMetadata
 	}
 	in := backendapi.InputTensor{Name: im.Name, DataType: im.DataType}
 	if im.DataType == backendapi.TypeBytes {
-		// The body is one element.
+		// The body is one element, so the model must take exactly one.
+		if len(dims) != 1 || dims[0] != 1 {
+			return invalidArg("For BYTE datatype raw input '%s', the model must have input shape [1]", im.Name)
+		}
 		c.shapes = append(c.shapes, 1)
 		c.arena = AppendBytesElement(c.arena[:0], data)
 		in.Data = c.arena
@@ -776,7 +785,7 @@ func (c *inferCall) buildRawRequest(model string, meta *backendapi.ModelMetadata
 		for i, d := range dims {
 			if d < 0 {
 				if variable >= 0 {
-					return invalidArg("raw binary request to model '%s': the shape of input '%s' has more than one variable-size dimension", model, im.Name)
+					return invalidArg("The shape of the raw input '%s' can not be deduced because there are more than one variable-sized dimension", im.Name)
 				}
 				variable = i
 				continue

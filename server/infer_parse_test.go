@@ -2,6 +2,7 @@ package server
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,7 +181,15 @@ func TestParseInferHeaderErrors(t *testing.T) {
 		{"bytes count", `{"inputs":[{"name":"A","shape":[2],"datatype":"BYTES","data":["a"]}]}`, nil, false,
 			"Unable to parse 'data': Shape does not match true shape of 'data' field"},
 		{"huge shape small data", `{"inputs":[{"name":"A","shape":[4294967296,4294967296],"datatype":"FP64","data":[1]}]}`, nil, false,
+			"invalid shape for input 'A': shape [4294967296,4294967296] causes total element count to exceed maximum size of 9223372036854775807"},
+		{"large shape small data", `{"inputs":[{"name":"A","shape":[4294967296,1024],"datatype":"FP64","data":[1]}]}`, nil, false,
 			"Unable to parse 'data': Shape does not match true shape of 'data' field"},
+		{"byte size overflow", `{"inputs":[{"name":"A","shape":[4,1152921504606846978],"datatype":"FP32","data":[1]}]}`, nil, false,
+			"byte size overflow for input 'A': element count (4611686018427387912) * data type size (4) exceeds maximum allowed size (9223372036854775807)"},
+		{"data nested too deep", `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":` + strings.Repeat("[", 100) + "1" + strings.Repeat("]", 100) + `}]}`, nil, false,
+			"JSON nesting depth exceeds maximum allowed limit (100)"},
+		{"duplicate output", `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":[1]}],"outputs":[{"name":"O"},{"name":"O"}]}`, nil, false,
+			"output 'O' already exists in request"},
 		{"wrong element type", `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":["x"]}]}`, nil, false,
 			"Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"},
 		{"duplicate input", `{"inputs":[` + fp32A + `,` + fp32A + `]}`, nil, false, "input 'A' already exists in request"},
@@ -220,8 +229,8 @@ func TestParseInferHeaderErrors(t *testing.T) {
 			if err == nil || err.Error() != tc.err {
 				t.Fatalf("error = %v\nwant %q", err, tc.err)
 			}
-			if backendapi.CodeOf(err) != backendapi.InvalidArg {
-				t.Fatalf("class = %v, want INVALID_ARG", backendapi.CodeOf(err))
+			if want := wantClass(tc.err); backendapi.CodeOf(err) != want {
+				t.Fatalf("class = %v, want %v", backendapi.CodeOf(err), want)
 			}
 		})
 	}
@@ -271,11 +280,16 @@ func TestBuildRawRequest(t *testing.T) {
 		{"batched", meta(backendapi.TypeFP32, -1, -1), 4, f32(1, 2), []int64{1, 2}, f32(1, 2), ""},
 		{"bytes is one element", meta(backendapi.TypeBytes, 1), 0, []byte("raw text"), []int64{1}, bytesTensor("raw text"), ""},
 		{"two variable dims", meta(backendapi.TypeFP32, -1, -1), 0, f32(1), nil, nil,
-			"raw binary request to model 'm': the shape of input 'IN' has more than one variable-size dimension"},
+			"The shape of the raw input 'IN' can not be deduced because there are more than one variable-sized dimension"},
 		{"partial element", meta(backendapi.TypeFP32, -1), 0, []byte{1, 2, 3}, nil, nil,
 			"raw binary request to model 'm': 3 bytes do not fill whole elements of input 'IN'"},
 		{"two inputs", &backendapi.ModelMetadata{Inputs: make([]backendapi.TensorMetadata, 2)}, 0, nil, nil, nil,
-			"raw binary request to model 'm' must be for a model with exactly one input, the model has 2"},
+			"Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' model configuration"},
+		{"bytes of many elements", meta(backendapi.TypeBytes, -1), 0, []byte("x"), nil, nil,
+			"For BYTE datatype raw input 'IN', the model must have input shape [1]"},
+		{"batched bytes of many elements", meta(backendapi.TypeBytes, -1, 2), 8, []byte("x"), nil, nil,
+			"For BYTE datatype raw input 'IN', the model must have input shape [1]"},
+		{"batched bytes", meta(backendapi.TypeBytes, -1, 1), 8, []byte("ab"), []int64{1, 1}, bytesTensor("ab"), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 // readControlBody reads a control request body. A model load may carry
 // model files, so the limit is the infer limit.
 func readControlBody(r *http.Request, limit int64) ([]byte, error) {
-	return readLimited(nil, r.Body, r.ContentLength, limit)
+	return readLimited(nil, r.Body, r.ContentLength, limit, false)
 }
 
 // jsonObject is a parsed JSON object whose members are decoded on demand.
@@ -32,19 +32,37 @@ func parseJSONObject(body []byte, allowEmpty bool) (jsonObject, error) {
 	if err := sc.begin(); err != nil {
 		return nil, err
 	}
-	isObject := sc.kind() == kindObject
-	if err := sc.skipValue(); err != nil {
-		return nil, err
+	if sc.kind() != kindObject {
+		if err := sc.skipValue(); err != nil {
+			return nil, err
+		}
+		if err := sc.end(); err != nil {
+			return nil, err
+		}
+		return nil, invalidArg("the request body must be a JSON object")
+	}
+	// The members are split by the scanner, not encoding/json, so a member
+	// nested deeper than encoding/json allows is still found and refused
+	// by its decoder with Triton's type error.
+	obj := jsonObject{}
+	sc.enter()
+	for first := true; ; first = false {
+		key, ok, err := sc.objectKey(first)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		name := string(key)
+		start := sc.pos
+		if err := sc.skipValue(); err != nil {
+			return nil, err
+		}
+		obj[name] = json.RawMessage(body[start:sc.pos])
 	}
 	if err := sc.end(); err != nil {
 		return nil, err
-	}
-	if !isObject {
-		return nil, invalidArg("the request body must be a JSON object")
-	}
-	obj := jsonObject{}
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return nil, invalidArg("failed to parse the request JSON buffer: %v", err)
 	}
 	return obj, nil
 }

@@ -19,9 +19,9 @@ type jsonScanner struct {
 	tmp []byte
 }
 
-// maxJSONDepth bounds nesting so that hostile input cannot exhaust the
-// stack; real requests nest as deep as their tensor rank.
-const maxJSONDepth = 512
+// maxDataDepth is Triton's bound on the nesting of an input's "data"
+// (HTTP_MAX_JSON_NESTING_DEPTH); real requests nest as deep as their rank.
+const maxDataDepth = 100
 
 // Texts of rapidjson's GetParseError_En.
 const (
@@ -39,7 +39,6 @@ const (
 	errStrBadEncoding = "Invalid encoding in string."
 	errNumMissFrac    = "Miss fraction part in number."
 	errNumMissExp     = "Miss exponent in number."
-	errTooDeep        = "Nesting too deep."
 )
 
 // jsonKind is the type of the value at the scanner's position.
@@ -465,42 +464,53 @@ func (s *jsonScanner) readNull() error {
 	return s.syntaxError(errValueInvalid)
 }
 
-// skipValue validates and skips the value at the position.
-func (s *jsonScanner) skipValue() error { return s.skipDepth(0) }
-
-func (s *jsonScanner) skipDepth(depth int) error {
-	if depth > maxJSONDepth {
-		return s.syntaxError(errTooDeep)
+// skipValue validates and skips the value at the position. It keeps its
+// own stack of open containers instead of recursing, so any nesting a body
+// within the size limit can hold is walked without growing the goroutine
+// stack (Triton parses such bodies too and then rejects them by content).
+func (s *jsonScanner) skipValue() error {
+	var open []bool // true: an object, false: an array
+	first := false
+	for {
+		switch s.kind() {
+		case kindObject, kindArray:
+			open = append(open, s.kind() == kindObject)
+			s.enter()
+			first = true
+		default:
+			if err := s.skipScalar(); err != nil {
+				return err
+			}
+			first = false
+		}
+		// Move to the next value of the innermost open container, closing
+		// the containers that have ended.
+		for {
+			if len(open) == 0 {
+				return nil
+			}
+			var more bool
+			var err error
+			if open[len(open)-1] {
+				_, more, err = s.objectKey(first)
+			} else {
+				more, err = s.arrayNext(first)
+			}
+			if err != nil {
+				return err
+			}
+			if more {
+				break
+			}
+			open = open[:len(open)-1]
+			first = false
+		}
 	}
+}
+
+// skipScalar validates and skips a string, number, boolean or null.
+func (s *jsonScanner) skipScalar() error {
 	switch s.kind() {
-	case kindObject:
-		s.enter()
-		for first := true; ; first = false {
-			_, ok, err := s.objectKey(first)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return nil
-			}
-			if err := s.skipDepth(depth + 1); err != nil {
-				return err
-			}
-		}
-	case kindArray:
-		s.enter()
-		for first := true; ; first = false {
-			ok, err := s.arrayNext(first)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return nil
-			}
-			if err := s.skipDepth(depth + 1); err != nil {
-				return err
-			}
-		}
 	case kindString:
 		return s.skipString()
 	case kindNumber:

@@ -3,6 +3,7 @@ package server
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,8 +47,8 @@ func TestApplyRequestParameter(t *testing.T) {
 			var req backendapi.InferRequest
 			err := ApplyRequestParameter(&req, tc.key, tc.value)
 			if tc.err != "" {
-				if err == nil || err.Error() != tc.err || backendapi.CodeOf(err) != backendapi.InvalidArg {
-					t.Fatalf("error = %v (class %v), want INVALID_ARG %q", err, backendapi.CodeOf(err), tc.err)
+				if err == nil || err.Error() != tc.err || backendapi.CodeOf(err) != wantClass(tc.err) {
+					t.Fatalf("error = %v (class %v), want %v %q", err, backendapi.CodeOf(err), wantClass(tc.err), tc.err)
 				}
 				return
 			}
@@ -105,4 +106,17 @@ func TestHTTPStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantClass is the class Triton gives an error of this text: its JSON
+// accessors' errors (a member of the wrong type, missing, or data that does
+// not match its shape) are INTERNAL, the rest of a request's checks
+// INVALID_ARG.
+func wantClass(msg string) backendapi.Code {
+	for _, accessor := range []string{"attempt to ", "Shape does not match", "element longer than"} {
+		if strings.Contains(msg, accessor) && !strings.HasPrefix(msg, "failed to parse the request JSON") {
+			return backendapi.Internal
+		}
+	}
+	return backendapi.InvalidArg
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
 
@@ -63,6 +64,10 @@ type Options struct {
 	// BackendTimeout bounds the backend calls made at scrape time by the
 	// metrics handler (default 5s).
 	BackendTimeout time.Duration
+	// HeaderForwardPattern, when set, forwards the infer request headers
+	// whose names it matches to the model as string parameters
+	// (--http-header-forward-pattern; see CompileForwardPattern).
+	HeaderForwardPattern string
 }
 
 // DefaultVersion is the version reported when Options.Version is empty.
@@ -72,6 +77,7 @@ const DefaultVersion = "0.1.0"
 // status page and, on its own handler, Prometheus metrics.
 type Server struct {
 	backend   backendapi.Backend
+	forward   *regexp.Regexp // header forward pattern, or nil
 	log       hclog.Logger
 	maxInput  int64
 	metadata  []byte // the GET /v2 reply, built once
@@ -116,7 +122,12 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: new: server metadata: %w", err)
 	}
+	forward, err := CompileForwardPattern(opts.HeaderForwardPattern)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
+		forward:   forward,
 		backend:   backend,
 		log:       opts.Logger,
 		maxInput:  opts.MaxInputSize,

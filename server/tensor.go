@@ -84,14 +84,14 @@ func decodeJSONData(dst []byte, sc *jsonScanner, dt backendapi.DataType, hint in
 }
 
 func decodeJSONArray(dst []byte, sc *jsonScanner, dt backendapi.DataType, depth int, count *int64) ([]byte, error) {
-	if depth > maxJSONDepth {
-		return dst, sc.syntaxError(errTooDeep)
-	}
 	sc.enter()
 	for first := true; ; first = false {
 		more, err := sc.arrayNext(first)
 		if err != nil || !more {
 			return dst, err
+		}
+		if depth+1 >= maxDataDepth {
+			return dst, invalidArg("JSON nesting depth exceeds maximum allowed limit (%d)", maxDataDepth)
 		}
 		if sc.kind() == kindArray {
 			if dst, err = decodeJSONArray(dst, sc, dt, depth+1, count); err != nil {
@@ -272,4 +272,40 @@ func appendJSONData(dst []byte, name string, dt backendapi.DataType, data []byte
 		}
 	}
 	return append(dst, ']'), nil
+}
+
+// checkJSONInputSize refuses, in Triton's words, a JSON input whose shape
+// has more elements than an int64 counts (want is ElementCount(shape)) or
+// whose byte size would not fit in one.
+func checkJSONInputSize(name string, shape []int64, want int64, dt backendapi.DataType) error {
+	if want < 0 {
+		return invalidArg("invalid shape for input '%s': shape %s causes total element count to exceed maximum size of %d", name, shapeString(shape), int64(math.MaxInt64))
+	}
+	if size := int64(dt.Size()); size > 1 && want > math.MaxInt64/size {
+		return invalidArg("byte size overflow for input '%s': element count (%d) * data type size (%d) exceeds maximum allowed size (%d)", name, want, size, int64(math.MaxInt64))
+	}
+	return nil
+}
+
+// shapeString is Triton's ShapeToString: "[d0,d1,...]".
+func shapeString(shape []int64) string {
+	b := []byte{'['}
+	for i, d := range shape {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// checkDuplicateOutput refuses a requested output named twice, as Triton's
+// core does.
+func checkDuplicateOutput(outs []backendapi.RequestedOutput, name string) error {
+	for i := range outs {
+		if outs[i].Name == name {
+			return invalidArg("output '%s' already exists in request", name)
+		}
+	}
+	return nil
 }

@@ -136,8 +136,8 @@ func TestDecodeJSONData(t *testing.T) {
 				if err == nil || err.Error() != tc.err {
 					t.Fatalf("error = %v, want %q", err, tc.err)
 				}
-				if backendapi.CodeOf(err) != backendapi.InvalidArg {
-					t.Fatalf("class = %v, want INVALID_ARG", backendapi.CodeOf(err))
+				if want := wantClass(tc.err); backendapi.CodeOf(err) != want {
+					t.Fatalf("class = %v, want %v", backendapi.CodeOf(err), want)
 				}
 				return
 			}

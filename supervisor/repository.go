@@ -127,7 +127,9 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	dir, err := s.modelDir(name)
-	if err != nil {
+	// A model that is not in any repository is created from a load request
+	// that brings its config and files, as in Triton.
+	if err != nil && !(errors.Is(err, errNotInRepository) && len(opts.Files) > 0) {
 		return err
 	}
 	if len(opts.Files) > 0 {
@@ -215,8 +217,11 @@ func (s *Supervisor) modelDir(name string) (string, error) {
 			return d.Path, nil
 		}
 	}
-	return "", backendapi.Errorf(backendapi.InvalidArg, "failed to poll from model repository")
+	return "", errNotInRepository
 }
+
+// errNotInRepository is Triton's text for a model no repository holds.
+var errNotInRepository = backendapi.Errorf(backendapi.InvalidArg, "failed to poll from model repository")
 
 // readConfig reads config.pbtxt (or the override), runs the model's
 // auto_complete_config when it has one, and normalizes and validates the
@@ -323,11 +328,13 @@ func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string
 			return "", backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid file parameter '%s'", name, k)
 		}
 		path := filepath.Join(dir, clean)
+		// A path the file system refuses (a name over NAME_MAX, say) is
+		// Triton's repository poll failure.
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': %v", name, err)
+			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
 		}
 		if err := os.WriteFile(path, files[k], 0o644); err != nil {
-			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': %v", name, err)
+			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
 		}
 	}
 	return dir, nil

@@ -55,6 +55,9 @@ type config struct {
 	allowClientShm  bool
 	maxInputSize    int64
 	autoComplete    bool
+	httpForward     string
+	grpcForward     string
+	triton          tritonFlags
 	sup             supervisor.Options
 }
 
@@ -90,6 +93,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.sup.FinalizeTimeout, "stub-finalize-timeout", c.sup.FinalizeTimeout, "how long finalize() may take before the stub is killed")
 	fs.DurationVar(&c.sup.RestartBackoff, "stub-restart-backoff", c.sup.RestartBackoff, "first delay before a dead stub is restarted")
 	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
+	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
+	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
+	c.triton.register(fs, c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,7 +105,15 @@ func parseFlags(args []string) (*config, error) {
 	if len(c.repos) == 0 {
 		return nil, errors.New("--model-repository is required")
 	}
+	if c.maxInputSize <= 0 {
+		return nil, fmt.Errorf("invalid value %d for --http-max-input-size: it must be greater than 0", c.maxInputSize)
+	}
 	c.sup.IPC.Pool.DefaultBytes, c.sup.IPC.Pool.GrowthBytes, c.sup.IPC.Pool.MaxBytes = *shmDefault, *shmGrowth, *shmMax
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if err := c.triton.apply(c, explicit); err != nil {
+		return nil, err
+	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
 	c.sup.Repositories = c.repos
@@ -158,6 +172,9 @@ const defaultGCPercent = 400
 func run(c *config) error {
 	log := newLogger(c)
 	c.sup.Logger = log
+	for _, f := range c.triton.ignored {
+		log.Warn("ignoring a tritonserver flag that has no effect here", "flag", f)
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 
@@ -175,12 +192,12 @@ func run(c *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log})
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log, HeaderForwardPattern: c.httpForward})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
-	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv})
+	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err

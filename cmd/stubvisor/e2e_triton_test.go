@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/metadata"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+// These tests cover behaviour that NVIDIA's QA tests (L0_http, L0_grpc,
+// L0_parameters) check with their exact texts and status codes, and the
+// tritonserver flags a Triton launch script passes.
+
+// tritonIdentityModel is a Python model that returns each input it gets
+// as the output of the same index.
+const tritonIdentityModel = `import json
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.cfg = json.loads(args["model_config"])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            ts = []
+            for i, inp in enumerate(self.cfg["input"]):
+                t = pb_utils.get_input_tensor_by_name(r, inp["name"])
+                if t is not None:
+                    ts.append(pb_utils.Tensor(self.cfg["output"][i]["name"], t.as_numpy()))
+            out.append(pb_utils.InferenceResponse(ts))
+        return out
+`
+
+// tritonWriteIdentity writes an identity model with n inputs of one type
+// and dims into repo.
+func tritonWriteIdentity(t *testing.T, repo, name string, maxBatch int, dtype, dims string, n int) {
+	t.Helper()
+	var in, out []string
+	for i := range n {
+		in = append(in, fmt.Sprintf(`{ name: "INPUT%d" data_type: %s dims: %s }`, i, dtype, dims))
+		out = append(out, fmt.Sprintf(`{ name: "OUTPUT%d" data_type: %s dims: %s }`, i, dtype, dims))
+	}
+	cfg := fmt.Sprintf("name: %q\nbackend: \"python\"\nmax_batch_size: %d\ninput [%s]\noutput [%s]\n",
+		name, maxBatch, strings.Join(in, ","), strings.Join(out, ","))
+	httpWriteModel(t, repo, name, cfg, map[string]string{"model.py": tritonIdentityModel})
+}
+
+func nested(depth int, leaf string) string {
+	return strings.Repeat("[", depth) + leaf + strings.Repeat("]", depth)
+}
+
+func TestTritonHTTPTexts(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	tritonWriteIdentity(t, repo, "zero_fp32", 8, "TYPE_FP32", "[ -1 ]", 1)
+	tritonWriteIdentity(t, repo, "zero_3_fp32", 8, "TYPE_FP32", "[ -1 ]", 3)
+	tritonWriteIdentity(t, repo, "zero_fp16", 0, "TYPE_FP16", "[ -1, -1 ]", 1)
+	tritonWriteIdentity(t, repo, "zero_object", 8, "TYPE_STRING", "[ -1 ]", 1)
+	tritonWriteIdentity(t, repo, "zero_object_1", 0, "TYPE_STRING", "[ 1 ]", 1)
+	tritonWriteIdentity(t, repo, "zero_int64", 8, "TYPE_INT64", "[ -1 ]", 1)
+	s := startServer(t, repo, "--http-max-input-size", "65536")
+
+	jsonInput := func(shape string, data string) []byte {
+		return []byte(`{"inputs":[{"name":"INPUT0","shape":` + shape + `,"datatype":"FP32","data":` + data + `}]}`)
+	}
+	oversized := append(jsonInput("[1]", "[1]"), bytes.Repeat([]byte(" "), 65536)...)
+	tests := []struct {
+		name   string
+		model  string
+		body   []byte
+		header []string
+		status int
+		text   string
+	}{
+		{"raw request to a model of three inputs", "zero_3_fp32", make([]byte, 96), []string{"Inference-Header-Content-Length", "0"}, 400,
+			"Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'zero_3_fp32' model configuration"},
+		{"raw request with two variable dimensions", "zero_fp16", make([]byte, 8), []string{"Inference-Header-Content-Length", "0"}, 400,
+			"The shape of the raw input 'INPUT0' can not be deduced because there are more than one variable-sized dimension"},
+		{"raw BYTES request to a model of many elements", "zero_object", []byte("427"), []string{"Inference-Header-Content-Length", "0"}, 400,
+			"For BYTE datatype raw input 'INPUT0', the model must have input shape [1]"},
+		{"raw BYTES request", "zero_object_1", []byte("427"), []string{"Inference-Header-Content-Length", "0"}, 200, "427"},
+		{"raw request over the limit", "zero_fp32", make([]byte, 65540), []string{"Inference-Header-Content-Length", "0"}, 400,
+			"Raw input has a byte_size (65540 bytes) that exceeds the maximum allowed value of 65536 bytes. Use --http-max-input-size to increase the limit."},
+		{"JSON request over the limit", "zero_fp32", oversized, nil, 400,
+			"request JSON size of " + fmt.Sprint(len(oversized)) + " bytes exceeds the maximum allowed input size of 65536 bytes. Use --http-max-input-size to increase the limit."},
+		{"element count overflow", "zero_fp32", jsonInput("[16,1152921504606846978]", "[1.0]"), nil, 400,
+			"invalid shape for input 'INPUT0': shape [16,1152921504606846978] causes total element count to exceed maximum size of 9223372036854775807"},
+		{"byte size overflow", "zero_fp32", jsonInput("[4,1152921504606846978]", "[1.0]"), nil, 400,
+			"byte size overflow for input 'INPUT0'"},
+		{"negative dimension", "zero_fp32", jsonInput("[2,-5]", "[1.0]"), nil, 500,
+			"Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"},
+		{"duplicate output names", "zero_fp32", []byte(`{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[[1]]}],"outputs":[{"name":"OUTPUT0"},{"name":"OUTPUT0"}]}`), nil, 400,
+			"output 'OUTPUT0' already exists in request"},
+		{"data nested 120 deep", "zero_int64", []byte(`{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"INT64","data":` + nested(120, "123") + `}]}`), nil, 400,
+			"JSON nesting depth exceeds maximum allowed limit (100)"},
+		{"BYTES data nested 120 deep", "zero_object", []byte(`{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"BYTES","data":` + nested(120, `"hello"`) + `}]}`), nil, 400,
+			"JSON nesting depth exceeds maximum allowed limit (100)"},
+		{"data nested 50 deep", "zero_int64", []byte(`{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"INT64","data":` + nested(50, "123") + `}]}`), nil, 200, `"data":[123]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, body := s.do("POST", "/v2/models/"+tc.model+"/infer", tc.body, tc.header...)
+			if code != tc.status || !strings.Contains(string(body), tc.text) {
+				t.Fatalf("got %d %.300s\nwant %d containing %q", code, body, tc.status, tc.text)
+			}
+		})
+	}
+
+	t.Run("repository index with a deeply nested ready", func(t *testing.T) {
+		code, _, body := s.do("POST", "/v2/repository/index", []byte(`{"ready":`+nested(30000, "true")+`}`))
+		if code != 400 || httpErrorText(t, body) != "Invalid value for 'ready': expected a boolean" {
+			t.Fatalf("got %d %.300s", code, body)
+		}
+		if code, _, _ := s.do("GET", "/v2/health/live", nil); code != 200 {
+			t.Fatalf("server not live after the nested index request: %d", code)
+		}
+	})
+}
+
+func TestTritonGRPCDuplicateOutputAndCompression(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "e2e_echo"))
+	_, client := grpcClient(t, s)
+	req := func(outputs ...string) *pb.ModelInferRequest {
+		r := &pb.ModelInferRequest{
+			ModelName:        "e2e_echo",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{2}}},
+			RawInputContents: [][]byte{le32f(1.5, -2)},
+		}
+		for _, o := range outputs {
+			r.Outputs = append(r.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: o})
+		}
+		return r
+	}
+	_, err := client.ModelInfer(callCtx(t), req("OUTPUT0", "OUTPUT0"))
+	wantStatus(t, err, codes.InvalidArgument, "output 'OUTPUT0' already exists in request")
+	for _, algo := range []string{gzip.Name, "deflate"} {
+		t.Run(algo, func(t *testing.T) {
+			resp, err := client.ModelInfer(callCtx(t), req("OUTPUT0"), grpc.UseCompressor(algo))
+			if err != nil {
+				t.Fatalf("%s-compressed request: %v", algo, err)
+			}
+			if _, data := outputByName(t, resp, "OUTPUT0"); !bytes.Equal(data, le32f(1.5, -2)) {
+				t.Fatalf("OUTPUT0 = %x", data)
+			}
+		})
+	}
+}
+
+func TestTritonHeaderForwarding(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "e2e_echo"),
+		"--http-header-forward-pattern", "MY_HEADER.*", "--grpc-header-forward-pattern", "(?-i)MY_HEADER.*|^grpc_header")
+	body := []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}`)
+
+	t.Run("http", func(t *testing.T) {
+		code, h, b := s.do("POST", "/v2/models/e2e_echo/infer", body, "My_Header_1", "my value", "other_header", "x")
+		r := httpDecodeInfer(t, code, h, b)
+		if r.Parameters["my_header_1"] != "my value" || r.Parameters["other_header"] != nil {
+			t.Fatalf("parameters %v, want my_header_1 forwarded and other_header not", r.Parameters)
+		}
+		code, _, b = s.do("POST", "/v2/models/e2e_echo/infer", body, "my_header_x", "1", "sequence_id", "5")
+		if code != 200 {
+			t.Fatalf("a reserved header the pattern does not match must pass: %d %s", code, b)
+		}
+	})
+	t.Run("http reserved", func(t *testing.T) {
+		s2 := startServer(t, copyRepo(t, "e2e_echo"), "--http-header-forward-pattern", ".*")
+		code, _, b := s2.do("POST", "/v2/models/e2e_echo/infer", body, "triton_x", "1")
+		if code != 400 || httpErrorText(t, b) != "Header 'triton_x' is reserved for Triton usage and cannot be forwarded." {
+			t.Fatalf("got %d %s", code, b)
+		}
+	})
+
+	_, client := grpcClient(t, s)
+	greq := &pb.ModelInferRequest{
+		ModelName:        "e2e_echo",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
+		RawInputContents: [][]byte{le32f(1)},
+	}
+	md := metadata.Pairs("my_header_1", "lower", "grpc_header", "g", "MY_HEADER_2", "upper")
+	t.Run("grpc", func(t *testing.T) {
+		ctx := metadata.NewOutgoingContext(callCtx(t), md)
+		resp, err := client.ModelInfer(ctx, greq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := resp.GetParameters()
+		// gRPC metadata keys are lower case, so the case-sensitive
+		// MY_HEADER.* matches none of them; grpc_header is forwarded.
+		if p["grpc_header"].GetStringParam() != "g" || p["my_header_1"] != nil || p["my_header_2"] != nil {
+			t.Fatalf("parameters %v", p)
+		}
+	})
+	t.Run("grpc stream", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), 30*time.Second)
+		t.Cleanup(cancel)
+		stream, err := client.ModelStreamInfer(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(greq); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil || r.GetErrorMessage() != "" {
+			t.Fatalf("stream response %v %v", r, err)
+		}
+		if r.GetInferResponse().GetParameters()["grpc_header"].GetStringParam() != "g" {
+			t.Fatalf("stream parameters %v", r.GetInferResponse().GetParameters())
+		}
+		_ = stream.CloseSend()
+	})
+}
+
+func TestTritonFlags(t *testing.T) {
+	pythonOK(t)
+	t.Run("launch script spellings", func(t *testing.T) {
+		s := startServer(t, copyRepo(t, "e2e_echo"), "--model-store", copyRepo(t, "add_sub"),
+			"--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=2097152",
+			"--backend-config=python,shm-region-prefix-name=prefix", "--backend-config=python,stub-timeout-seconds=40",
+			"--pinned-memory-pool-byte-size=0", "--cuda-memory-pool-byte-size", "0:0",
+			"--backend-directory", "/opt/tritonserver/backends", "--strict-model-config=false", "--allow-metrics=false")
+		code, _, b := s.do("POST", "/v2/models/e2e_echo/infer", []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}`))
+		if code != 200 {
+			t.Fatalf("infer: %d %s", code, b)
+		}
+		log := s.Log()
+		for _, want := range []string{"flag=pinned-memory-pool-byte-size=0", "flag=cuda-memory-pool-byte-size=0:0", "backend-config=python,shm-region-prefix-name=prefix"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log does not say %q is ignored:\n%s", want, log)
+			}
+		}
+		if code, _, _ := s.do("GET", "/v2/models/add_sub/ready", nil); code != 200 {
+			t.Errorf("the model of --model-store is not ready: %d", code)
+		}
+		if s.Metrics != "" {
+			t.Errorf("--allow-metrics=false still serves metrics on %s", s.Metrics)
+		}
+	})
+	for _, bad := range [][]string{
+		{"--http-max-input-size=0"},
+		{"--http-max-input-size=-1024"},
+		{"--backend-config=python,shm-default-byte-size=lots"},
+		{"--http-header-forward-pattern", "(unclosed"},
+	} {
+		t.Run("refuses "+strings.Join(bad, " "), func(t *testing.T) {
+			args := append([]string{"--model-repository", t.TempDir(), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"}, bad...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			t.Cleanup(cancel)
+			out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
+			if err == nil || ctx.Err() != nil {
+				t.Fatalf("started with %v (err %v):\n%s", bad, err, out)
+			}
+		})
+	}
+}
+
+func TestTritonLoadNewModelFromFiles(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, t.TempDir(), "--model-control-mode", "explicit")
+	model, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "e2e_echo", "1", "model.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, b := s.postJSON("/v2/repository/models/brand_new/load", map[string]any{"parameters": map[string]any{
+		"config":          httpFP32ConfigJSON(),
+		"file:1/model.py": base64.StdEncoding.EncodeToString(model),
+	}})
+	if code != 200 {
+		t.Fatalf("load of a model no repository holds: %d %s", code, b)
+	}
+	code, _, b = s.do("POST", "/v2/models/brand_new/infer", []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[3]}]}`))
+	if code != 200 || !strings.Contains(string(b), `"data":[3`) {
+		t.Fatalf("infer on the new model: %d %s", code, b)
+	}
+	code, b = s.postJSON("/v2/repository/models/"+strings.Repeat("n", 10)+"/load", map[string]any{"parameters": map[string]any{
+		"config": "{}", "file:" + strings.Repeat("A", 256): "YQ==",
+	}})
+	if code != 500 || !strings.Contains(string(b), "failed to poll from model repository") {
+		t.Fatalf("file name over NAME_MAX: %d %s", code, b)
+	}
+	if code, _, _ := s.do("GET", "/v2/health/live", nil); code != 200 {
+		t.Fatal("server not live after a refused load")
+	}
+}
