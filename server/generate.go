@@ -60,7 +60,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 		writeError(w, invalidArg("Unsupported content-encoding, only 'identity' is supported."))
 		return
 	}
-	body, err := readLimited(nil, r.Body, r.ContentLength, s.maxInput)
+	body, err := readLimited(nil, r.Body, r.ContentLength, s.maxInput, false)
 	if err != nil {
 		writeError(w, err)
 		return
