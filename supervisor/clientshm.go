@@ -3,8 +3,10 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -65,9 +67,10 @@ func (c *clientShm) register(r *shmRegion) error {
 	return nil
 }
 
-// unregister removes regions by name ("" means all of the kind); a
-// region still in use is closed when its last request ends. cuda picks
-// the kind.
+// unregister removes regions by name ("" means all of the kind). As in
+// Triton, a region still in use by a request is only marked: it stays
+// listed and usable (a request may still name it) until its last request
+// ends, and is removed and closed then. cuda picks the kind.
 func (c *clientShm) unregister(name string, cuda bool) {
 	var closeNow []*shmRegion
 	c.mu.Lock()
@@ -75,9 +78,9 @@ func (c *clientShm) unregister(name string, cuda bool) {
 		if (name != "" && n != name) || (r.cuda != nil) != cuda {
 			continue
 		}
-		delete(c.regions, n)
 		r.dropped = true
 		if r.refs == 0 {
+			delete(c.regions, n)
 			closeNow = append(closeNow, r)
 		}
 	}
@@ -118,6 +121,9 @@ func (c *clientShm) acquire(ref *backendapi.SharedMemoryRef) (*shmRegion, error)
 	if ref.Offset >= r.size && !(ref.Offset == 0 && r.size == 0) {
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid offset for shared memory region: '%s'", ref.Region)
 	}
+	if ref.ByteSize > math.MaxUint64-ref.Offset {
+		return nil, backendapi.Errorf(backendapi.InvalidArg, "Integer overflow detected: byte_size (%d) + offset (%d) exceeds maximum value (%d) for region '%s'", ref.ByteSize, ref.Offset, uint64(math.MaxUint64), ref.Region)
+	}
 	if ref.ByteSize > r.size-ref.Offset {
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid offset + byte size for shared memory region: '%s'", ref.Region)
 	}
@@ -141,6 +147,9 @@ func (c *clientShm) release(rs []*shmRegion) {
 	for _, r := range rs {
 		r.refs--
 		if r.refs == 0 && r.dropped {
+			if c.regions[r.name] == r {
+				delete(c.regions, r.name)
+			}
 			closeNow = append(closeNow, r)
 		}
 	}
@@ -177,10 +186,20 @@ func (s *Supervisor) RegisterSystemSharedMemory(_ context.Context, name, key str
 	if !s.opts.AllowClientShm {
 		return errClientShmDisabled
 	}
+	if err := validateShmKey(name, key); err != nil {
+		return err
+	}
 	fd, size, err := openShmKey(key)
 	if err != nil {
 		s.log.Debug("register system shared memory", "name", name, "key", key, "error", err)
-		return backendapi.Errorf(backendapi.Internal, "Unable to open shared memory region: '%s'", key)
+		// A key that names no object is Triton's INTERNAL; one that names
+		// something other than a shm object (a path, a symlink, a FIFO, a
+		// device) is the client's error.
+		code := backendapi.Internal
+		if errors.Is(err, ErrBadShmKey) {
+			code = backendapi.InvalidArg
+		}
+		return backendapi.Errorf(code, "Unable to open shared memory region: '%s'", key)
 	}
 	if offset > size || byteSize > size-offset {
 		_ = fd.Close()
@@ -266,4 +285,21 @@ func (s *Supervisor) CUDASharedMemoryStatus(_ context.Context, name string) ([]b
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// reservedShmPrefix starts the names of the Python backend's own regions in
+// Triton; a client may not register a key that starts with it.
+const reservedShmPrefix = "triton_python_backend_shm_region_"
+
+// validateShmKey applies Triton's checks on a system region's key: it must
+// name something after its leading slashes, and not the reserved prefix.
+func validateShmKey(name, key string) error {
+	rest := strings.TrimLeft(key, "/")
+	if rest == "" {
+		return backendapi.Errorf(backendapi.InvalidArg, "cannot register shared memory region '%s' - invalid shm key '%s'", name, key)
+	}
+	if strings.HasPrefix(rest, reservedShmPrefix) {
+		return backendapi.Errorf(backendapi.InvalidArg, "cannot register shared memory region '%s' with key '%s' as the key contains the reserved prefix '%s'", name, key, reservedShmPrefix)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -32,14 +33,18 @@ func sendFD(life, fd *os.File, id uint64) error {
 	return nil
 }
 
-// openShmKey opens a POSIX shm object by key, confined to /dev/shm: one
-// leading '/' is dropped, and the rest must be a single name.
+// openShmKey opens a POSIX shm object by key, confined to /dev/shm: the
+// leading slashes are dropped (as glibc's shm_open does), and the rest must
+// be a single name of a regular file; a symlink is refused.
 func openShmKey(key string) (*os.File, uint64, error) {
-	name := strings.TrimPrefix(key, "/")
+	name := strings.TrimLeft(key, "/")
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return nil, 0, fmt.Errorf("key %q: %w", key, ErrBadShmKey)
 	}
 	fd, err := unix.Open("/dev/shm/"+name, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, 0, fmt.Errorf("open shm %q: a symbolic link: %w", name, ErrBadShmKey)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("open shm %q: %w", name, err)
 	}

@@ -252,7 +252,8 @@ func TestGenerate(t *testing.T) {
 	})
 	t.Run("generate input type error", func(t *testing.T) {
 		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": 5})
-		if code != 400 || !strings.Contains(errorText(body), "attempt to access JSON non-string as string") {
+		// Triton's JSON accessor errors are INTERNAL.
+		if code != 500 || !strings.Contains(errorText(body), "attempt to access JSON non-string as string") {
 			t.Fatalf("%d %s", code, body)
 		}
 	})

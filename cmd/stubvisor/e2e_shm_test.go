@@ -12,7 +12,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -279,15 +281,34 @@ func TestSharedMemoryHTTP(t *testing.T) {
 		}{
 			{"duplicate name", "err", r.key, 0, 16, 400, "shared memory region 'err' already in manager"},
 			{"missing key", "x", "/e2e-client-does-not-exist", 0, 16, 500, "Unable to open shared memory region: '/e2e-client-does-not-exist'"},
-			{"key with a slash", "x", "/../etc/passwd", 0, 16, 500, "Unable to open shared memory region: '/../etc/passwd'"},
-			{"dot dot", "x", "..", 0, 16, 500, "Unable to open shared memory region: '..'"},
-			{"empty key", "x", "", 0, 16, 500, "Unable to open shared memory region: ''"},
+			// Keys that name no shm object are the client's error.
+			{"key with a slash", "x", "/../etc/passwd", 0, 16, 400, "Unable to open shared memory region: '/../etc/passwd'"},
+			{"key climbing out", "x", "/../../etc/passwd", 0, 16, 400, "Unable to open shared memory region: '/../../etc/passwd'"},
+			{"proc file", "x", "/proc/self/mem", 0, 16, 400, "Unable to open shared memory region: '/proc/self/mem'"},
+			{"dot dot", "x", "..", 0, 16, 400, "Unable to open shared memory region: '..'"},
+			{"empty key", "x", "", 0, 16, 400, "cannot register shared memory region 'x' - invalid shm key ''"},
+			{"key of slashes", "x", "///", 0, 16, 400, "cannot register shared memory region 'x' - invalid shm key '///'"},
+			{"reserved prefix", "x", "triton_python_backend_shm_region_k", 0, 16, 400,
+				"cannot register shared memory region 'x' with key 'triton_python_backend_shm_region_k' as the key contains the reserved prefix 'triton_python_backend_shm_region_'"},
+			{"reserved prefix after slashes", "x", "///triton_python_backend_shm_region_k", 0, 16, 400,
+				"cannot register shared memory region 'x' with key '///triton_python_backend_shm_region_k' as the key contains the reserved prefix 'triton_python_backend_shm_region_'"},
 			{"past the object", "x", r.key, 4000, 200, 400, "failed to register shared memory region 'x': invalid args"},
 		}
 		for _, c := range regCases {
 			code, body := register(c.region, c.key, c.offset, c.size)
 			if code != c.code || !strings.Contains(body, c.text) {
 				t.Errorf("%s: %d %s, want %d %q", c.name, code, body, c.code, c.text)
+			}
+		}
+		for _, kind := range []string{"symlink", "fifo", "chardev"} {
+			name, err := shmSpecial(t, kind)
+			if err != nil {
+				t.Logf("no %s case: %v", kind, err)
+				continue
+			}
+			code, body := register("x", "/"+name, 0, 16)
+			if want := "Unable to open shared memory region: '/" + name + "'"; code != 400 || !strings.Contains(body, want) {
+				t.Errorf("%s: %d %s, want 400 %q", kind, code, body, want)
 			}
 		}
 		inferCases := []struct {
@@ -302,6 +323,8 @@ func TestSharedMemoryHTTP(t *testing.T) {
 			{name: "unknown region", in: shmParams("nope", 0, 16), code: 404, text: "Unable to find shared memory region: 'nope'"},
 			{name: "offset past the region", in: shmParams("err", 1024, 16), code: 400, text: "Invalid offset for shared memory region: 'err'"},
 			{name: "offset plus size past the region", in: shmParams("err", 1020, 16), code: 400, text: "Invalid offset + byte size for shared memory region: 'err'"},
+			{name: "offset plus size overflows", in: map[string]any{"shared_memory_region": "err", "shared_memory_offset": 16, "shared_memory_byte_size": uint64(math.MaxUint64)}, code: 400,
+				text: "Integer overflow detected: byte_size (18446744073709551615) + offset (16) exceeds maximum value (18446744073709551615) for region 'err'"},
 			{name: "byte size mismatch", in: shmParams("err", 0, 12), code: 400, text: "input byte size mismatch for input 'INPUT0' for model 'identity_fp32'. Expected 16, got 12"},
 			{name: "output too small", in: shmParams("err", 0, 16), out: shmParams("err", 512, 8), code: 500,
 				text: "shared memory size specified with the request for output 'OUTPUT0' (8 bytes) should be at least 16 bytes to hold the results"},
@@ -454,5 +477,78 @@ func TestSharedMemoryGRPC(t *testing.T) {
 	}
 	if st, err := c.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{}); err != nil || len(st.Regions) != 0 {
 		t.Fatalf("status after unregister all: %v %v", st, err)
+	}
+}
+
+// shmSpecial makes /dev/shm/e2e-special-<kind>, something that is not a
+// shm object (a symlink to /etc/passwd, a FIFO, a character device), and
+// removes it when the test ends.
+func shmSpecial(t *testing.T, kind string) (string, error) {
+	t.Helper()
+	name := "e2e-special-" + kind
+	path := "/dev/shm/" + name
+	_ = os.Remove(path)
+	var err error
+	switch kind {
+	case "symlink":
+		err = os.Symlink("/etc/passwd", path)
+	case "fifo":
+		err = syscall.Mkfifo(path, 0o600)
+	case "chardev":
+		// /dev/null's numbers (1, 3); creating a device needs CAP_MKNOD.
+		err = syscall.Mknod(path, syscall.S_IFCHR|0o600, 1<<8|3)
+	}
+	if err != nil {
+		return "", err
+	}
+	t.Cleanup(func() { _ = os.Remove(path) })
+	return name, nil
+}
+
+// TestSystemShmUnregisterInUse unregisters a region while a request reads
+// it: as in Triton (L0_shared_memory), the region stays listed and usable
+// until its last request ends, and is gone then without another call.
+func TestSystemShmUnregisterInUse(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "e2e_echo"), "--allow-client-shm=true")
+	r := newClientRegion(t, "inuse", 16)
+	copy(r.mem, le32f(1, 2, 3, 4))
+	if code, body := s.postJSON("/v2/systemsharedmemory/region/inuse/register", map[string]any{"key": r.key, "offset": 0, "byte_size": 16}); code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	req := map[string]any{
+		"parameters": map[string]any{"sleep_ms": 1500},
+		"inputs":     []any{map[string]any{"name": "INPUT0", "datatype": "FP32", "shape": []int{4}, "parameters": shmParams("inuse", 0, 16)}},
+	}
+	done := make(chan int, 1)
+	go func() {
+		code, _ := s.postJSON("/v2/models/e2e_echo/infer", req)
+		done <- code
+	}()
+	waitFor(t, 10*time.Second, "the request to be in execute", func() bool {
+		var ms []struct {
+			Stubs []struct {
+				InFlight int `json:"in_flight"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/e2e_echo/stubs", &ms)
+		return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 1
+	})
+	if code, body := s.postJSON("/v2/systemsharedmemory/unregister", nil); code != 200 {
+		t.Fatalf("unregister all while in use: %d %s", code, body)
+	}
+	if code, _, body := s.do("GET", "/v2/systemsharedmemory/region/inuse/status", nil); code != 200 {
+		t.Fatalf("a region in use must stay listed after unregister: %d %s", code, body)
+	}
+	select {
+	case code := <-done:
+		if code != 200 {
+			t.Fatalf("request reading the unregistered region: %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("request did not finish")
+	}
+	if code, _, body := s.do("GET", "/v2/systemsharedmemory/region/inuse/status", nil); code != 404 {
+		t.Fatalf("the region must be gone once its request ended: %d %s", code, body)
 	}
 }
