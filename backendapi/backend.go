@@ -109,6 +109,8 @@ type InferRequest struct {
 	Inputs  []InputTensor
 	// Outputs lists the requested outputs; empty means all of them.
 	Outputs []RequestedOutput
+	// Trace, when set, receives the timestamps of a traced request.
+	Trace *Trace
 }
 
 // InputTensor is one request input: bytes in memory, or a slice of a

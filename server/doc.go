@@ -1,7 +1,7 @@
 // Package server is stubvisor's network front end: the KServe v2 HTTP/REST
 // API with Triton's extensions (binary tensors, shared memory, sequences,
-// statistics, repository, logging), the Prometheus metrics handler and the
-// stub status page.
+// statistics, repository, logging, generate, trace), the Prometheus metrics
+// handler and the stub status page.
 //
 // It depends only on backendapi: every request is turned into a call on a
 // backendapi.Backend, and every error the backend returns is mapped to a

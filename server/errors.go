@@ -16,7 +16,6 @@ const (
 	msgDecoupledHTTP    = "HTTP end point doesn't support models with decoupled transaction policy"
 	msgReservedParam    = "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified."
 	msgRepositoryName   = "'repository_name' specification is not supported"
-	msgNoTracing        = "the server does not support tracing"
 	msgCompression      = "Unsupported compression type"
 	msgShapeMismatch    = "Shape does not match true shape of 'data' field"
 	msgNotString        = "attempt to access JSON non-string as string"

@@ -60,7 +60,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 		writeError(w, invalidArg("Unsupported content-encoding, only 'identity' is supported."))
 		return
 	}
+	tr := s.tracer.startHTTP(model, version, r)
+	defer tr.end()
 	body, err := readLimited(nil, r.Body, r.ContentLength, s.maxInput, false)
+	tr.stamp("HTTP_RECV_END")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -72,6 +75,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 	}
 	req.ModelName = model
 	req.ModelVersion = version
+	tr.submit(req)
 	if streaming {
 		s.generateStream(w, r, req)
 	} else {

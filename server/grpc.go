@@ -60,6 +60,7 @@ type GRPCServer struct {
 	log      hclog.Logger
 	metadata *pb.ServerMetadataResponse
 	logging  *logSettings
+	tracer   *tracer
 	srv      *grpc.Server
 	health   *health.Server
 
@@ -99,8 +100,13 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 	}
 	if opts.HTTP != nil {
 		g.logging = opts.HTTP.logging
+		g.tracer = opts.HTTP.tracer
 	} else {
 		g.logging = newLogSettings(opts.Logger)
+		var err error
+		if g.tracer, err = newTracer(DefaultTraceConfig(), opts.Logger); err != nil {
+			return nil, fmt.Errorf("server: new grpc: %w", err)
+		}
 	}
 	sopts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxGRPCMessageSize),

@@ -133,12 +133,6 @@ func (g *GRPCServer) CudaSharedMemoryUnregister(ctx context.Context, req *pb.Cud
 	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
 }
 
-// TraceSetting is UNIMPLEMENTED: the server does not trace (trace is not
-// among the extensions it reports), and the HTTP front end says the same.
-func (g *GRPCServer) TraceSetting(context.Context, *pb.TraceSettingRequest) (*pb.TraceSettingResponse, error) {
-	return nil, grpcError(backendapi.Errorf(backendapi.Unsupported, "%s", msgNoTracing))
-}
-
 // LogSettings reads and updates the logging extension's settings, shared
 // with the HTTP front end when GRPCOptions.HTTP is set. The rules are the
 // HTTP ones: every setting is checked before any is applied, log_file

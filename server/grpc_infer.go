@@ -437,12 +437,15 @@ func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferReque
 // ModelInfer runs one request on a non-decoupled model.
 func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	var ir backendapi.InferRequest
+	tr := g.tracer.startGRPC(ctx, req.GetModelName(), req.GetModelVersion())
+	defer tr.end()
 	if _, err := parseGRPCInfer(req, &ir); err != nil {
 		return nil, grpcError(g.requestError(ctx, req, err))
 	}
 	if err := g.forwardMetadata(ctx, &ir); err != nil {
 		return nil, grpcError(err)
 	}
+	tr.submit(&ir)
 	resp, err := g.backend.Infer(ctx, &ir)
 	if err != nil {
 		if errors.Is(err, backendapi.ErrDecoupled) {
@@ -453,8 +456,13 @@ func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) 
 		}
 		return nil, grpcError(err)
 	}
+	tr.response(resp)
 	out := buildGRPCResponse(resp, &ir)
 	resp.Release()
+	// grpc-go sends the reply after the handler returns: both send
+	// timestamps mark the hand-over.
+	tr.stamp("GRPC_SEND_START")
+	tr.stamp("GRPC_SEND_END")
 	return out, nil
 }
 
@@ -603,7 +611,13 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 
 func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferRequest, opts grpcInferOptions) {
 	version := ""
+	tr := st.g.tracer.startGRPC(st.ctx, req.GetModelName(), req.GetModelVersion())
+	defer tr.end()
+	tr.submit(ir)
 	err := st.g.backend.InferStream(st.ctx, ir, func(resp *backendapi.InferResponse, err error, final bool) {
+		if err == nil {
+			tr.response(resp)
+		}
 		// The stub protocol does not tell a response without outputs from
 		// the bare final flag of a decoupled model (send(flags=FINAL)),
 		// so a final response with neither outputs nor parameters is

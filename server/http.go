@@ -41,7 +41,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.handleLogging(w, r)
 		return
 	case "/v2/trace/setting":
-		s.handleTrace(w, r)
+		s.handleTrace(w, r, "")
 		return
 	case "/v2/stubs":
 		s.handleStubs(w, r, "", "")
@@ -124,7 +124,7 @@ func (s *Server) routeModel(w http.ResponseWriter, r *http.Request, rest string)
 	case "stubs":
 		s.handleStubs(w, r, model, version)
 	case "trace/setting":
-		s.handleTrace(w, r)
+		s.handleTrace(w, r, model)
 	case "generate", "generate_stream":
 		s.handleGenerate(w, r, model, version, kind == "generate_stream")
 	}
@@ -244,13 +244,4 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, live bool)
 		return
 	}
 	w.WriteHeader(http.StatusBadRequest)
-}
-
-// handleTrace answers the trace extension's endpoints: this server does not
-// trace.
-func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request) {
-	if !allow(w, r, http.MethodGet, http.MethodPost) {
-		return
-	}
-	writeError(w, backendapi.Errorf(backendapi.Unavailable, "%s", msgNoTracing))
 }

@@ -40,6 +40,7 @@ var DefaultExtensions = []string{
 	"binary_tensor_data",
 	"parameters",
 	"statistics",
+	"trace",
 	"logging",
 	"generate",
 }
@@ -68,6 +69,10 @@ type Options struct {
 	// whose names it matches to the model as string parameters
 	// (--http-header-forward-pattern; see CompileForwardPattern).
 	HeaderForwardPattern string
+	// Trace is the tracing configuration (--trace-config); nil means
+	// DefaultTraceConfig, tracing off. The gRPC front end given this
+	// server shares its settings.
+	Trace *TraceConfig
 }
 
 // DefaultVersion is the version reported when Options.Version is empty.
@@ -82,6 +87,7 @@ type Server struct {
 	maxInput  int64
 	metadata  []byte // the GET /v2 reply, built once
 	logging   *logSettings
+	tracer    *tracer
 	api       http.Handler
 	metrics   http.Handler
 	headerTTL time.Duration
@@ -126,8 +132,17 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	tc := DefaultTraceConfig()
+	if opts.Trace != nil {
+		tc = *opts.Trace
+	}
+	tr, err := newTracer(tc, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("server: new: %w", err)
+	}
 	s := &Server{
 		forward:   forward,
+		tracer:    tr,
 		backend:   backend,
 		log:       opts.Logger,
 		maxInput:  opts.MaxInputSize,
@@ -196,6 +211,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			_ = hs.Close()
 		}
 	}
+	// Requests are over: write what the trace files hold, flush spans.
+	s.tracer.close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("server: shutdown: %w", err)
 	}

@@ -203,6 +203,9 @@ func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err 
 		pr.respond(nil, nil, true)
 		return
 	}
+	if tr := pr.req.Trace; tr != nil {
+		traceResponse(tr, pr, final || pr.stream == nil)
+	}
 	taken, ended := pr.respond(resp, err, final)
 	if !taken {
 		resp.Release()
@@ -324,4 +327,25 @@ func parseParametersJSON(s string) (map[string]any, error) {
 		}
 	}
 	return raw, nil
+}
+
+// traceResponse records a response's timestamps in a traced request's
+// Trace, before the response is delivered (the caller reads the Trace once
+// the final one was).
+func traceResponse(tr *backendapi.Trace, pr *pending, final bool) {
+	now := time.Now()
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.ended || pr.abandoned {
+		return // the caller may be reading the Trace already
+	}
+	tr.QueueStart = pr.queued
+	tr.ComputeStart = pr.started
+	if tr.ComputeOutputStart.IsZero() {
+		tr.ComputeOutputStart = now
+	}
+	if final {
+		tr.ComputeEnd = now
+		tr.RequestEnd = now
+	}
 }

@@ -613,8 +613,12 @@ func TestGRPC(t *testing.T) {
 		if err != nil || r.Settings["log_verbose_level"].GetUint32Param() != 0 {
 			t.Fatalf("reset verbose: %v %v", r, err)
 		}
-		_, err = c.TraceSetting(ctx, &pb.TraceSettingRequest{})
-		wantStatus(t, err, codes.Unimplemented, "the server does not support tracing")
+		tr, err := c.TraceSetting(ctx, &pb.TraceSettingRequest{})
+		if err != nil || strings.Join(tr.Settings["trace_level"].GetValue(), ",") != "OFF" || tr.Settings["trace_rate"].GetValue()[0] != "1000" {
+			t.Fatalf("trace settings: %v %v", tr, err)
+		}
+		_, err = c.TraceSetting(ctx, &pb.TraceSettingRequest{Settings: map[string]*pb.TraceSettingRequest_SettingValue{"trace_file": {Value: []string{"/tmp/x"}}}})
+		wantStatus(t, err, codes.Unimplemented, "trace file location can not be updated through network protocol")
 	})
 
 	t.Run("large message", func(t *testing.T) {

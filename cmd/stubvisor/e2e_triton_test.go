@@ -299,39 +299,3 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 		t.Fatal("server not live after a refused load")
 	}
 }
-
-// TestTritonEnvWithoutMsgpack serves a model whose EXECUTION_ENV_PATH
-// interpreter cannot import msgpack (a conda-pack environment built for
-// Triton has numpy and no msgpack): the stub starts on its own codec.
-func TestTritonEnvWithoutMsgpack(t *testing.T) {
-	pythonOK(t)
-	blocker, err := filepath.Abs(filepath.Join("..", "..", "python", "tests", "nomsgpack"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := filepath.Join(t.TempDir(), "triton_env")
-	if err := os.MkdirAll(filepath.Join(env, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := "#!/bin/sh\nPYTHONPATH=\"$PYTHONPATH:" + blocker + "\" exec /usr/bin/python3 \"$@\"\n"
-	if err := os.WriteFile(filepath.Join(env, "bin", "python3"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(filepath.Join(env, "bin", "python3"), "-c", "import msgpack").CombinedOutput(); err == nil {
-		t.Fatalf("the environment still imports msgpack: %s", out)
-	}
-	repo := copyRepo(t, "e2e_echo")
-	cfg, err := os.ReadFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = append(cfg, []byte(fmt.Sprintf("\nparameters { key: \"EXECUTION_ENV_PATH\" value { string_value: %q } }\n", env))...)
-	if err := os.WriteFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"), cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := startServer(t, repo)
-	code, _, b := s.do("POST", "/v2/models/e2e_echo/infer", []byte(`{"parameters":{"tag":"x"},"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]}]}`))
-	if code != 200 || !strings.Contains(string(b), `"data":[1.0,2.0,3.0]`) && !strings.Contains(string(b), `"data":[1,2,3]`) || !strings.Contains(string(b), `"tag":"x"`) {
-		t.Fatalf("infer through the msgpack-less stub: %d %s", code, b)
-	}
-}

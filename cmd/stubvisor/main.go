@@ -58,11 +58,23 @@ type config struct {
 	httpForward     string
 	grpcForward     string
 	triton          tritonFlags
+	trace           frontend.TraceConfig
 	sup             supervisor.Options
 }
 
+// traceFlag applies each --trace-config value (and the deprecated
+// --trace-* flags, as "<setting>=<value>" with prefix) to the trace
+// configuration as it is given.
+type traceFlag struct {
+	c      *frontend.TraceConfig
+	prefix string
+}
+
+func (f traceFlag) String() string     { return "" }
+func (f traceFlag) Set(v string) error { return f.c.Parse(f.prefix + v) }
+
 func parseFlags(args []string) (*config, error) {
-	c := &config{sup: supervisor.DefaultOptions()}
+	c := &config{sup: supervisor.DefaultOptions(), trace: frontend.DefaultTraceConfig()}
 	fs := flag.NewFlagSet("stubvisor", flag.ContinueOnError)
 	fs.Var(&c.repos, "model-repository", "model repository directory (repeatable)")
 	fs.Var(&c.loadModels, "load-model", "model to load at start in explicit mode, or * for all (repeatable)")
@@ -79,6 +91,12 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
 	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
 	fs.BoolVar(&c.autoComplete, "auto-complete-config", true, "run auto_complete_config of Python models")
+	fs.Var(traceFlag{&c.trace, ""}, "trace-config", "tracing: level=, rate=, count=, mode=triton|opentelemetry, triton,file=, triton,log-frequency=, opentelemetry,url= (repeatable)")
+	fs.Var(traceFlag{&c.trace, "triton,file="}, "trace-file", "deprecated: --trace-config triton,file=")
+	fs.Var(traceFlag{&c.trace, "level="}, "trace-level", "deprecated: --trace-config level=")
+	fs.Var(traceFlag{&c.trace, "rate="}, "trace-rate", "deprecated: --trace-config rate=")
+	fs.Var(traceFlag{&c.trace, "count="}, "trace-count", "deprecated: --trace-config count=")
+	fs.Var(traceFlag{&c.trace, "triton,log-frequency="}, "trace-log-frequency", "deprecated: --trace-config triton,log-frequency=")
 	disableAC := fs.Bool("disable-auto-complete-config", false, "do not run auto_complete_config")
 	fs.StringVar(&c.sup.Python, "python", c.sup.Python, "Python interpreter of the stubs (with numpy and msgpack)")
 	fs.StringVar(&c.sup.CacheDir, "cache-dir", "", "directory for extracted stub files, unpacked environments and built Go models")
@@ -192,7 +210,7 @@ func run(c *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log, HeaderForwardPattern: c.httpForward})
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err

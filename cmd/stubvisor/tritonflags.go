@@ -15,7 +15,8 @@ import (
 
 // ignoredTritonFlags take a value in tritonserver and have no effect here
 // (GPU memory pools, backends and agents we do not load, Triton's own
-// thread pools, caches, tracing and log files).
+// thread pools, caches and log files). The --trace-* flags are real
+// flags (main.go).
 var ignoredTritonFlags = []string{
 	"backend-directory", "repoagent-directory", "cache-directory",
 	"pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
@@ -26,7 +27,6 @@ var ignoredTritonFlags = []string{
 	"metrics-interval-ms", "metrics-config", "log-info", "log-warning", "log-error", "log-file",
 	"id", "server-id", "http-thread-count", "grpc-infer-allocation-pool-size",
 	"grpc-infer-thread-count", "grpc-max-response-pool-size", "reuse-http-port", "reuse-grpc-port",
-	"trace-config", "trace-file", "trace-level", "trace-rate", "trace-count", "trace-log-frequency",
 	"exit-on-error", "allow-sagemaker", "allow-vertex-ai", "http-restricted-api",
 	"grpc-restricted-protocol", "grpc-keepalive-time", "grpc-keepalive-timeout",
 	"grpc-keepalive-permit-without-calls", "grpc-http2-max-pings-without-data",

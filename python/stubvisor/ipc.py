@@ -26,12 +26,7 @@ import struct
 import threading
 import time
 
-try:
-    import msgpack
-except ImportError:
-    # A Python environment built for Triton (conda-pack) has numpy but
-    # not msgpack; the stub then speaks through its own small codec.
-    from . import minimsgpack as msgpack
+import msgpack
 
 PROTOCOL_VERSION = 1
 MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian
