@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"encoding/json"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -33,8 +34,12 @@ func goConstants() map[string]int64 {
 		"KIND_INFER_CANCEL": int64(KindInferCancel), "KIND_MODEL_CONTROL": int64(KindModelCtl),
 		"LOC_CLIENT": LocClient, "LOC_CUDA": LocCUDA, "LOC_INLINE": LocInline, "INLINE_MAX": InlineMax,
 		"LOC_ARENA0": LocArena0, "LOC_ARENA1": LocArena1, "LOC_NONE": LocNone, "FLAG_FINAL": FlagFinal,
+		"REGION_FD": RegionFD, "LIFELINE_FD": LifelineFD, "HEARTBEAT_PERIOD_MS": HeartbeatPeriod.Milliseconds(),
 	}
 }
+
+// goNames are the process protocol's names Python must mirror.
+var goNames = map[string]string{"INSTANCE_ENV": InstanceEnv, "MODEL_ENV": ModelEnv}
 
 func TestConstantsMatchPython(t *testing.T) {
 	noLeaks(t)
@@ -66,6 +71,18 @@ func TestConstantsMatchPython(t *testing.T) {
 		if _, ok := goConstants()[name]; !ok {
 			t.Errorf("python/stubvisor/ipc.py has %s, which Go does not define", name)
 		}
+	}
+	cmd = exec.Command(pythonPath, "-c", "import json; from stubvisor import ipc; print(json.dumps(ipc.names()))")
+	cmd.Env = append(cmd.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("python: %v", err)
+	}
+	var pyNames map[string]string
+	if err := json.Unmarshal(out, &pyNames); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(pyNames, goNames) {
+		t.Errorf("process protocol names: Python %v, Go %v", pyNames, goNames)
 	}
 	// The layout itself: Python must place rings and arenas where Go does.
 	l, _ := newLayout(DefaultSettings())

@@ -7,7 +7,7 @@
 //	<interpreter> -m stubvisor
 //
 // with PYTHONPATH set to the returned directory, the region as fd 3 and
-// STUBVISOR_INSTANCE set to the instance name. Shipping the stub inside the
+// STUBVISOR_INSTANCE set to the instance name (ipc/process.go). Shipping the stub inside the
 // binary keeps the Go and Python halves of the wire protocol at the same
 // version: there is nothing to install and nothing to drift.
 package python
@@ -27,10 +27,6 @@ import (
 
 // Module is the name to pass to the interpreter's -m flag.
 const Module = "stubvisor"
-
-// InstanceEnv names the environment variable that tells the stub its
-// instance name (used in Triton's error texts).
-const InstanceEnv = "STUBVISOR_INSTANCE"
 
 //go:embed stubvisor/*.py triton_python_backend_utils.py
 var files embed.FS

@@ -92,7 +92,7 @@ func startStub(t testing.TB, instance string) *stub {
 	s := &stub{t: t, instance: instance, conn: conn, nextID: 100}
 	s.cmd = exec.Command(py, "-m", Module)
 	s.cmd.ExtraFiles = []*os.File{conn.File()}
-	s.cmd.Env = append(os.Environ(), "PYTHONPATH="+stubPath(t), InstanceEnv+"="+instance)
+	s.cmd.Env = append(os.Environ(), "PYTHONPATH="+stubPath(t), ipc.InstanceEnv+"="+instance)
 	s.cmd.Stdout = &s.stderr
 	s.cmd.Stderr = &s.stderr
 	if err := s.cmd.Start(); err != nil {

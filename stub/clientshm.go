@@ -26,10 +26,6 @@ import (
 // model returns in ordinary Go memory is copied there once. Either way the
 // response names it with a LocClient descriptor and carries no bytes.
 
-// LifelineFD is the descriptor on which the supervisor passes client
-// region fds.
-const LifelineFD = 4
-
 // Errors of client shared memory, wrapped with the region and range.
 var (
 	// ErrRegionNotMapped is reported for a tensor naming a region this

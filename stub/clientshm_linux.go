@@ -21,17 +21,17 @@ const lifelineWait = 5 * time.Second
 // older supervisor) may find any descriptor of its own there. The fd is
 // marked close-on-exec so that processes the model starts do not hold it.
 func openLifeline() int {
-	typ, err := unix.GetsockoptInt(LifelineFD, unix.SOL_SOCKET, unix.SO_TYPE)
+	typ, err := unix.GetsockoptInt(ipc.LifelineFD, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil || typ != unix.SOCK_SEQPACKET {
 		return -1
 	}
-	if sa, err := unix.Getsockname(LifelineFD); err != nil {
+	if sa, err := unix.Getsockname(ipc.LifelineFD); err != nil {
 		return -1
 	} else if _, ok := sa.(*unix.SockaddrUnix); !ok {
 		return -1
 	}
-	unix.CloseOnExec(LifelineFD)
-	return LifelineFD
+	unix.CloseOnExec(ipc.LifelineFD)
+	return ipc.LifelineFD
 }
 
 // recvRegionFD takes the next fd from the lifeline and checks that its

@@ -16,17 +16,6 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// RegionFD is the descriptor on which the supervisor passes the region.
-const RegionFD = 3
-
-// InstanceEnv names the environment variable that carries the instance
-// name (Triton's "<group>_<g>_<i>"), used in error texts.
-const InstanceEnv = "STUBVISOR_INSTANCE"
-
-// HeartbeatPeriod is how often the stub increments its heartbeat word; the
-// supervisor restarts a stub whose word stops moving.
-const HeartbeatPeriod = 100 * time.Millisecond
-
 // ErrNotInitialized is reported for an Execute that arrives before a
 // successful Initialize.
 var ErrNotInitialized = errors.New("model not initialized")
@@ -52,12 +41,12 @@ func serve(model Model) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
 	// Take the lifeline before anything else can open a descriptor.
 	life := openLifeline()
-	conn, err := ipc.Attach(os.NewFile(RegionFD, "stubvisor-region"))
+	conn, err := ipc.Attach(os.NewFile(ipc.RegionFD, "stubvisor-region"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", RegionFD, err)
+		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", ipc.RegionFD, err)
 		return exitAttach
 	}
-	h := newHost(conn, model, os.Getenv(InstanceEnv), life)
+	h := newHost(conn, model, os.Getenv(ipc.InstanceEnv), life)
 	defer h.shm.closeAll()
 	return h.run()
 }
@@ -133,7 +122,7 @@ func (h *host) run() int {
 // heartbeat beats every period and ends the process when the supervisor
 // is gone, even while the model is stuck in Execute.
 func (h *host) heartbeat(stop chan struct{}) {
-	t := time.NewTicker(HeartbeatPeriod)
+	t := time.NewTicker(ipc.HeartbeatPeriod)
 	defer t.Stop()
 	for {
 		select {

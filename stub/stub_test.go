@@ -198,7 +198,7 @@ func startStubFiles(t *testing.T, role string, extra ...*os.File) *peer {
 	}
 	p := &peer{t: t, conn: conn, stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), roleEnv+"="+role, InstanceEnv+"="+role+"_0_0")
+	p.cmd.Env = append(os.Environ(), roleEnv+"="+role, ipc.InstanceEnv+"="+role+"_0_0")
 	p.cmd.ExtraFiles = append([]*os.File{conn.File()}, extra...)
 	p.cmd.Stderr = p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

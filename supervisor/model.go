@@ -15,6 +15,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/ipc"
 )
 
 // modelVersion is one loaded version of a model: its configuration, its
@@ -257,7 +258,7 @@ func (mv *modelVersion) ready() bool {
 
 // command builds the stub process for inst.
 func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
-	env := append(os.Environ(), "STUBVISOR_INSTANCE="+inst.name, "STUBVISOR_MODEL="+mv.name)
+	env := append(os.Environ(), ipc.InstanceEnv+"="+inst.name, ipc.ModelEnv+"="+mv.name)
 	switch mv.kind {
 	case modelconfig.KindPython:
 		pydir, err := mv.sup.pythonDir()

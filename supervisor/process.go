@@ -124,7 +124,8 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 			lifeParent.Close()
 		}
 	}()
-	cmd.ExtraFiles = []*os.File{conn.File(), lifeChild}
+	// ExtraFiles[i] becomes fd 3+i in the stub.
+	cmd.ExtraFiles = []*os.File{ipc.RegionFD - 3: conn.File(), ipc.LifelineFD - 3: lifeChild}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)

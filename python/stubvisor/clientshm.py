@@ -22,7 +22,7 @@ import struct
 
 from . import ipc
 
-LIFELINE_FD = 4
+LIFELINE_FD = ipc.LIFELINE_FD
 _PAGE = mmap.PAGESIZE
 
 

@@ -82,7 +82,7 @@ _COMMANDS = frozenset((_K_INITIALIZE, _K_EXECUTE, _K_FINALIZE, _K_IS_READY, _K_A
 # waiter sleeps before it re-checks (both also bound how late a waiter
 # notices that the reader role is free).
 _PUMP_SLICE = 0.02
-_HEARTBEAT_PERIOD = 0.1
+_HEARTBEAT_PERIOD = ipc.HEARTBEAT_PERIOD_MS / 1000
 _IS_READY_TIMEOUT = 5.0
 _CANCELLED_MAX = 65536
 _TEXT_MAX = 16384
@@ -860,9 +860,9 @@ def main():
             pass
     _install_c_module()
     try:
-        channel = ipc.Channel.attach(3)
+        channel = ipc.Channel.attach(ipc.REGION_FD)
     except Exception as exc:
-        sys.stderr.write("stubvisor stub: cannot attach to the region on fd 3: %s\n" % (exc,))
+        sys.stderr.write("stubvisor stub: cannot attach to the region on fd %d: %s\n" % (ipc.REGION_FD, exc))
         return 2
-    Host(channel, os.environ.get("STUBVISOR_INSTANCE", "")).serve()
+    Host(channel, os.environ.get(ipc.INSTANCE_ENV, "")).serve()
     return 0

@@ -31,6 +31,14 @@ import msgpack
 PROTOCOL_VERSION = 1
 MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian
 
+# The process protocol (ipc/process.go): where the stub finds its region
+# and lifeline, the environment that names it, and its heartbeat period.
+REGION_FD = 3
+LIFELINE_FD = 4
+HEARTBEAT_PERIOD_MS = 100
+INSTANCE_ENV = "STUBVISOR_INSTANCE"
+MODEL_ENV = "STUBVISOR_MODEL"
+
 # Header field offsets.
 HDR_MAGIC = 0
 HDR_VERSION = 8
@@ -127,6 +135,12 @@ def constants():
     """Every wire constant by name, for the Go drift test."""
     return {k: v for k, v in globals().items()
             if k.isupper() and isinstance(v, int) and not k.startswith("_")}
+
+
+def names():
+    """The environment variables the process protocol names, for the Go
+    drift test."""
+    return {k: v for k, v in globals().items() if k.endswith("_ENV") and isinstance(v, str)}
 
 
 # --- native helpers ---------------------------------------------------------
@@ -492,7 +506,7 @@ class Channel:
     # --- life cycle ---------------------------------------------------------
 
     @classmethod
-    def attach(cls, fd=3):
+    def attach(cls, fd=REGION_FD):
         """Attach to the region on fd (inherited from the supervisor): check
         magic and version, record this pid as the stub, commit arena 1.
         The Channel owns fd from now on."""
