@@ -524,6 +524,16 @@ func (c *Conn) Free(off uint64) error {
 	return c.own.Free(off)
 }
 
+// OwnBlockSize returns the size of the live block at off in this side's
+// own arena, and whether there is one.
+func (c *Conn) OwnBlockSize(off uint64) (uint64, bool) {
+	if err := c.begin(); err != nil {
+		return 0, false
+	}
+	defer c.opMu.RUnlock()
+	return c.own.BlockSize(off)
+}
+
 // OwnLoc is the location value of this side's arena in tensor descriptors
 // (LocArena0 for the supervisor, LocArena1 for a stub).
 func (c *Conn) OwnLoc() uint8 {

@@ -255,6 +255,17 @@ func (p *stubProc) freeOwn(offs []uint64) {
 	}
 }
 
+// freeInputs frees a request's input blocks unless its response holds
+// them (pending.inputsHeld).
+func (p *stubProc) freeInputs(pr *pending) {
+	p.mu.Lock()
+	held := pr.inputsHeld
+	p.mu.Unlock()
+	if !held {
+		p.freeOwn(pr.inputs)
+	}
+}
+
 // executeDone handles the end of one execute call.
 func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 	now := time.Now()
@@ -300,7 +311,7 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		}
 		p.mu.Unlock()
 		if ended || again {
-			p.freeOwn(pr.inputs)
+			p.freeInputs(pr)
 		}
 		switch {
 		case pr.filler:
@@ -323,7 +334,7 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 			p.mu.Lock()
 			delete(p.requests, pr.handle)
 			p.mu.Unlock()
-			p.freeOwn(pr.inputs)
+			p.freeInputs(pr)
 			p.inst.mv.finish(pr, nil, err, true)
 		}
 	}
@@ -340,12 +351,12 @@ func (p *stubProc) deliver(r *ipc.Response) {
 	p.mu.Lock()
 	pr := p.requests[r.Handle]
 	final := r.Flags&ipc.FlagFinal != 0 || !p.inst.mv.decoupled
-	freeInputs := false
+	free := false
 	if pr != nil && final {
 		pr.final = true
 		if pr.execDone {
 			delete(p.requests, r.Handle)
-			freeInputs = true
+			free = true
 		}
 	}
 	p.mu.Unlock()
@@ -359,9 +370,9 @@ func (p *stubProc) deliver(r *ipc.Response) {
 		p.release(offs)
 		return
 	}
-	resp, err := p.response(pr, r, offs)
-	if freeInputs {
-		p.freeOwn(pr.inputs)
+	resp, err := p.response(pr, r, offs, final)
+	if free {
+		p.freeInputs(pr)
 	}
 	p.inst.mv.finish(pr, resp, err, final)
 }

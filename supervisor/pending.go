@@ -36,10 +36,14 @@ type pending struct {
 	runner   atomic.Pointer[stubProc]
 	assigned chan struct{}
 	// Set by the stub process that executes the request.
-	handle   uint64
-	inputs   []uint64 // arena 0 offsets of the inputs
-	execDone bool     // the batch's ExecuteDone arrived
-	final    bool     // the final response arrived
+	handle uint64
+	inputs []uint64 // arena 0 offsets of the inputs
+	// inputsHeld is set when the response's outputs are the inputs' own
+	// bytes (a model that returns an input unchanged): the response's
+	// release frees the inputs, nobody else.
+	inputsHeld bool
+	execDone   bool // the batch's ExecuteDone arrived
+	final      bool // the final response arrived
 	// onEnd runs once when the request ends (clientshm.go: releases the
 	// client regions it used).
 	onEnd func()

@@ -1,15 +1,21 @@
 package supervisor
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
+// errBadOutput is a stub's output descriptor pointing where it may not.
+var errBadOutput = errors.New("output in the wrong place")
+
 // response builds the front end's view of a stub response: outputs alias
 // the stub's arena until Release.
-func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backendapi.InferResponse, error) {
+func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64, final bool) (*backendapi.InferResponse, error) {
+	held := false
 	if r.Error != nil {
 		p.release(offs)
 		return nil, backendapi.Errorf(backendapi.Code(r.Error.Code), "%s", r.Error.Message)
@@ -38,6 +44,15 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 			p.release(offs)
 			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", mv.name, t.Name, ref.Region)
 		}
+		if t.Loc == ipc.LocArena0 && t.Size > 0 {
+			// The model returned an input as it came: the output is the
+			// input's block, which this response now holds.
+			if err := p.holdsInput(pr, t, final); err != nil {
+				p.release(offs)
+				return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
+			}
+			held = true
+		}
 		data, err := p.tensorData(t)
 		if err != nil {
 			p.release(offs)
@@ -52,7 +67,12 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		}
 		resp.Outputs = append(resp.Outputs, out)
 	}
-	if len(offs) > 0 {
+	if held {
+		p.mu.Lock()
+		pr.inputsHeld = true
+		p.mu.Unlock()
+	}
+	if len(offs) > 0 || held {
 		var bytes uint64
 		for _, t := range r.Outputs {
 			if t.Loc == ipc.LocArena1 {
@@ -63,6 +83,9 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		p.refs++
 		p.mu.Unlock()
 		resp.SetRelease(func() {
+			if held {
+				p.freeOwn(pr.inputs)
+			}
 			p.releaseLater(offs, bytes)
 			p.mu.Lock()
 			p.refs--
@@ -71,6 +94,22 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64) (*backe
 		})
 	}
 	return resp, nil
+}
+
+// holdsInput checks an output the stub placed in the supervisor's arena:
+// only the final response of a non-decoupled model may, and only inside
+// one of its own request's input blocks, which then live until the
+// response is released.
+func (p *stubProc) holdsInput(pr *pending, t ipc.Tensor, final bool) error {
+	if p.inst.mv.decoupled || !final {
+		return fmt.Errorf("in the supervisor's arena in a decoupled or non-final response: %w", errBadOutput)
+	}
+	for _, off := range pr.inputs {
+		if n, ok := p.conn.OwnBlockSize(off); ok && t.Offset >= off && t.Offset+t.Size <= off+n && t.Offset+t.Size > t.Offset {
+			return nil
+		}
+	}
+	return fmt.Errorf("[%d, +%d) in the supervisor's arena is none of the request's inputs: %w", t.Offset, t.Size, errBadOutput)
 }
 
 // tensorData returns the bytes of a tensor the stub sent: in the message,

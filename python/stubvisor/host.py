@@ -408,9 +408,11 @@ class Host:
             pass
         self._send([_K_FREE, 0, offsets])
 
-    def _write_tensor(self, tensor):
+    def _write_tensor(self, tensor, inputs=None):
         """Copy a tensor into arena 1, or into the message when it is
-        small, and return its wire descriptor."""
+        small, and return its wire descriptor. With inputs (the request's,
+        for its final response from execute), an output that is one of
+        their arrays as it came is described in place, without a copy."""
         array = tensor._np
         if array is not None and array.nbytes <= _INLINE_MAX and tensor._dtype != _BYTES and array.ndim:
             # The common small output: its bytes travel in the message.
@@ -418,6 +420,10 @@ class Host:
             if size:
                 return [tensor._name, tensor._dtype, list(array.shape), _INLINE, 0, size, array.tobytes()]
             return [tensor._name, tensor._dtype, list(array.shape), _NONE, 0, 0]
+        if inputs is not None and array is not None and tensor._dtype != _BYTES:
+            off = self._input_offset(inputs, array)
+            if off is not None:
+                return [tensor._name, tensor._dtype, list(array.shape), _ARENA0, off, array.nbytes]
         data, size, shape = tensor._payload()
         if size == 0:
             return [tensor._name, tensor._dtype, shape, _NONE, 0, 0]
@@ -428,7 +434,22 @@ class Host:
         self._view(_ARENA1, off, size)[:] = data
         return [tensor._name, tensor._dtype, shape, _ARENA1, off, size]
 
-    def _wire_response(self, request, response, flags):
+    def _input_offset(self, inputs, array):
+        """The arena 0 offset of array's bytes when they lie inside one of
+        the request's input blocks, else None."""
+        size = array.nbytes
+        if not size or not array.flags.c_contiguous:
+            return None
+        off = self.ch.peer_offset(array.__array_interface__["data"][0], size)
+        if off is None:
+            return None
+        for t in inputs:
+            src = t._src
+            if src is not None and src[0] == _ARENA0 and src[1] <= off and off + size <= src[1] + src[2]:
+                return off
+        return None
+
+    def _wire_response(self, request, response, flags, in_place=False):
         """The wire form of one response, outputs pruned to the requested
         ones and written to the pool. A pool that cannot hold them turns
         the response into an error."""
@@ -436,6 +457,10 @@ class Host:
         if error is not None:
             return [request._handle, flags, [error._code, error._message], [], response._params]
         requested = request._requested
+        # Outputs may point at the inputs only in the one response execute
+        # returns for a request of a non-decoupled model: the supervisor
+        # keeps the inputs until that response is sent.
+        inputs = request._inputs if in_place else None
         targets = self._shm_targets.get(request._handle) if self._shm_targets else None
         if targets is not None and flags & _FINAL:
             del self._shm_targets[request._handle]
@@ -451,7 +476,7 @@ class Host:
                         return [request._handle, flags, error, [], ""]
                     outputs.append(out)
                     continue
-                outputs.append(self._write_tensor(t))
+                outputs.append(self._write_tensor(t, inputs))
         except _PoolExhausted as exc:
             self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
             return [request._handle, flags, [_INTERNAL, "Failed to allocate the response outputs in the shared "
@@ -652,10 +677,11 @@ class Host:
             self._fail_batch(batch_id, requests, exc)
             return
         wire = self._wire_response
+        in_place = not self.decoupled
         out = []
         try:
             for req, resp in responses:
-                out.append(wire(req, resp, _FINAL))
+                out.append(wire(req, resp, _FINAL, in_place))
         except Exception as exc:
             self._free_owned([t[4] for r in out for t in r[3] if t[5] and t[3] == _ARENA1])
             self._fail_batch(batch_id, requests, exc)

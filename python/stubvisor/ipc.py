@@ -846,6 +846,15 @@ class Channel:
 
     _known_size = 0
 
+    def peer_offset(self, ptr, size):
+        """The offset in the peer's arena of the size bytes at address ptr
+        of this process, or None when they are not inside it."""
+        base = self._addr + self._peer_arena
+        off = ptr - base
+        if 0 <= off and off + size <= self._peer_committed.value:
+            return off
+        return None
+
     def usage(self):
         """(own, peer) arena figures: dicts of committed, in_use,
         high_water, max."""
