@@ -327,6 +327,16 @@ type ModelStubs struct {
 	State   ModelState   `json:"state"`
 	Reason  string       `json:"reason,omitempty"`
 	Stubs   []StubStatus `json:"stubs"`
+	// Steps are an ensemble's steps (it has no stubs of its own).
+	Steps []EnsembleStep `json:"steps,omitempty"`
+}
+
+// EnsembleStep is one step of an ensemble as the status page shows it.
+type EnsembleStep struct {
+	Model   string   `json:"model"`
+	Version string   `json:"version"`           // "latest" or a number
+	Inputs  []string `json:"inputs,omitempty"`  // "ensemble tensor -> model input"
+	Outputs []string `json:"outputs,omitempty"` // "model output -> ensemble tensor"
 }
 
 // SystemSharedMemoryRegion is the status of one registered system region.

@@ -21,13 +21,15 @@ type modelStubsJSON struct {
 	State   backendapi.ModelState `json:"state"`
 	Reason  string                `json:"reason,omitempty"`
 	Stubs   []stubJSON            `json:"stubs"`
+	// Steps are an ensemble's steps.
+	Steps []backendapi.EnsembleStep `json:"steps,omitempty"`
 }
 
 // StubsJSON is the JSON form of the supervisor's view of its stubs.
 func StubsJSON(models []backendapi.ModelStubs) any {
 	out := make([]modelStubsJSON, 0, len(models))
 	for _, m := range models {
-		ms := modelStubsJSON{Model: m.Model, Version: m.Version, State: m.State, Reason: m.Reason, Stubs: make([]stubJSON, len(m.Stubs))}
+		ms := modelStubsJSON{Model: m.Model, Version: m.Version, State: m.State, Reason: m.Reason, Stubs: make([]stubJSON, len(m.Stubs)), Steps: m.Steps}
 		for i, st := range m.Stubs {
 			ms.Stubs[i] = stubJSON{
 				StubStatus:     st,

@@ -35,6 +35,8 @@ type modelVersion struct {
 	forceCPUInputs bool
 	executeTimeout time.Duration
 	sig            *signature
+	// ens is the schedule of an ensemble; nil for other models.
+	ens *ensemble
 	// labels are the classification labels of each output.
 	labels map[string][]string
 
@@ -54,6 +56,9 @@ type modelVersion struct {
 
 // newModelVersion prepares a version from a normalized, validated config.
 func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, version int64) (*modelVersion, error) {
+	if modelconfig.IsEnsemble(cfg) {
+		return s.newEnsembleVersion(cfg, dir, version)
+	}
 	js, err := modelconfig.ToJSON(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", cfg.GetName(), err)
@@ -176,12 +181,20 @@ func (mv *modelVersion) stop(timeout time.Duration) {
 
 // submit validates a request and queues it.
 func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool)) (*pending, error) {
+	return mv.submitTo(ctx, req, stream, false)
+}
+
+// submitTo is submit; with own, stream takes over every response it gets
+// and releases it itself (an ensemble keeps a step's outputs in the
+// stub's arena until the steps that read them are done).
+func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool), own bool) (*pending, error) {
 	n, err := mv.sig.validate(req)
 	if err != nil {
 		return nil, err
 	}
 	pr := newPending(ctx, req, n)
 	pr.stream = stream
+	pr.own = own
 	mv.mu.RLock()
 	if mv.closing {
 		mv.mu.RUnlock()
@@ -246,8 +259,12 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 	}
 }
 
-// ready reports whether at least one instance can serve.
+// ready reports whether at least one instance can serve (an ensemble:
+// always, its steps answer for their models).
 func (mv *modelVersion) ready() bool {
+	if mv.ens != nil {
+		return true
+	}
 	for _, inst := range mv.instances {
 		if inst.ready() {
 			return true

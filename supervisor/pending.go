@@ -21,6 +21,8 @@ type pending struct {
 
 	// stream receives every response of a streaming request; nil for Infer.
 	stream func(*backendapi.InferResponse, error, bool)
+	// own makes stream the owner of the responses it gets (submitTo).
+	own bool
 
 	mu    sync.Mutex
 	ended bool
@@ -88,7 +90,9 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 		if final {
 			close(p.done)
 		}
-		return false, final // streamed responses are only valid during the callback
+		// Streamed responses are only valid during the callback, unless
+		// the callback owns them.
+		return p.own && resp != nil, final
 	}
 	defer p.mu.Unlock()
 	if !final {

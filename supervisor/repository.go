@@ -44,22 +44,45 @@ func (s *Supervisor) loadStartupModels() error {
 	default:
 		names = s.opts.StartupModels
 	}
-	// Load in parallel: each model's stubs start independently.
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
+	// Ensembles load after the models they run.
+	var models, ensembles []string
 	for _, n := range names {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := s.load(n, backendapi.LoadOptions{}); err != nil {
-				s.log.Error("model failed to load", "model", n, "error", backendapi.MessageOf(err))
-			}
-		}()
+		if s.isEnsembleDir(dirs, n) {
+			ensembles = append(ensembles, n)
+		} else {
+			models = append(models, n)
+		}
 	}
-	wg.Wait()
+	for _, group := range [][]string{models, ensembles} {
+		// Load in parallel: each model's stubs start independently.
+		sem := make(chan struct{}, 4)
+		var wg sync.WaitGroup
+		for _, n := range group {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := s.load(n, backendapi.LoadOptions{}); err != nil {
+					s.log.Error("model failed to load", "model", n, "error", backendapi.MessageOf(err))
+				}
+			}()
+		}
+		wg.Wait()
+	}
 	return nil
+}
+
+// isEnsembleDir reports whether the named model's config.pbtxt declares an
+// ensemble (a config that cannot be read is left for load to report).
+func (s *Supervisor) isEnsembleDir(dirs []modelconfig.ModelDir, name string) bool {
+	for _, d := range dirs {
+		if d.Name == name && d.Err == nil {
+			cfg, err := modelconfig.Read(d.Path)
+			return err == nil && modelconfig.IsEnsemble(cfg)
+		}
+	}
+	return false
 }
 
 // errControlMode is Triton's text for load/unload outside explicit mode.
@@ -76,19 +99,44 @@ func (s *Supervisor) LoadModel(_ context.Context, name string, opts backendapi.L
 	return s.load(name, opts)
 }
 
-// UnloadModel implements backendapi.Backend.
-func (s *Supervisor) UnloadModel(_ context.Context, name string, _ bool) error {
+// UnloadModel implements backendapi.Backend. Unloading an ensemble leaves
+// its composing models loaded unless unloadDependents asks otherwise; then
+// those that no other loaded ensemble runs are unloaded too, as in Triton.
+func (s *Supervisor) UnloadModel(_ context.Context, name string, unloadDependents bool) error {
 	if s.opts.ModelControl != ControlExplicit {
 		return errControlMode
 	}
 	s.mu.RLock()
-	_, known := s.models[name]
+	e, known := s.models[name]
+	var deps []string
+	if known && unloadDependents && e.cfg != nil && modelconfig.IsEnsemble(e.cfg) && len(e.versions) > 0 {
+		deps = dependencies(e.cfg)
+	}
 	s.mu.RUnlock()
 	if !known {
 		return backendapi.Errorf(backendapi.InvalidArg, "failed to unload '%s', no version is available", name)
 	}
 	s.unload(name, reasonUnloaded)
+	for _, d := range deps {
+		if !s.usedByEnsemble(d) {
+			s.unload(d, reasonUnloaded)
+		}
+	}
 	return nil
+}
+
+// usedByEnsemble reports whether a loaded ensemble runs the model.
+func (s *Supervisor) usedByEnsemble(model string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.models {
+		for _, mv := range e.versions {
+			if mv.ens != nil && slices.ContainsFunc(mv.ens.steps, func(st *ensStep) bool { return st.model == model }) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // unload stops every version of a model.
@@ -120,12 +168,18 @@ func (s *Supervisor) unload(name, reason string) {
 
 // load loads (or reloads) a model. A reload that fails leaves the
 // previous versions serving.
-func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr error) {
+func (s *Supervisor) load(name string, opts backendapi.LoadOptions) error {
 	if s.closing.Load() {
 		return backendapi.Errorf(backendapi.Unavailable, "server is shutting down")
 	}
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
+	return s.loadLocked(name, opts, nil)
+}
+
+// loadLocked is load with s.loadMu held. chain lists the ensembles whose
+// load asked for this one, to refuse a cycle.
+func (s *Supervisor) loadLocked(name string, opts backendapi.LoadOptions, chain []string) (retErr error) {
 	dir, err := s.modelDir(name)
 	// A model that is not in any repository is created from a load request
 	// that brings its config and files, as in Triton.
@@ -170,6 +224,11 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 	if err != nil {
 		return err
 	}
+	if modelconfig.IsEnsemble(cfg) {
+		if err := s.loadDependencies(name, cfg, append(chain, name)); err != nil {
+			return err
+		}
+	}
 	versions, err := modelconfig.Versions(cfg, dir)
 	if err != nil {
 		return err
@@ -200,6 +259,31 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) (retErr erro
 		mv.stop(s.opts.FinalizeTimeout)
 	}
 	s.log.Info("model ready", "model", name, "versions", versions)
+	return nil
+}
+
+// loadDependencies loads, in explicit mode, the composing models of an
+// ensemble that are not loaded yet, as Triton does (in the other modes
+// every model loads, ensembles last).
+func (s *Supervisor) loadDependencies(name string, cfg *inferencepb.ModelConfig, chain []string) error {
+	if s.opts.ModelControl != ControlExplicit {
+		return nil
+	}
+	for _, dep := range dependencies(cfg) {
+		if slices.Contains(chain, dep) {
+			return backendapi.Errorf(backendapi.InvalidArg, "circular dependency between ensembles: %s -> %s", strings.Join(chain, " -> "), dep)
+		}
+		s.mu.RLock()
+		e := s.models[dep]
+		loaded := e != nil && e.state == backendapi.ModelReady && len(e.versions) > 0
+		s.mu.RUnlock()
+		if loaded {
+			continue
+		}
+		if err := s.loadLocked(dep, backendapi.LoadOptions{}, chain); err != nil {
+			return backendapi.Errorf(backendapi.InvalidArg, "ensemble '%s' depends on '%s' which has no loaded version. Model '%s' loading failed with error: %s", name, dep, dep, backendapi.MessageOf(err))
+		}
+	}
 	return nil
 }
 

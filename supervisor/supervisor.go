@@ -380,6 +380,9 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 	if mv.decoupled {
 		return nil, backendapi.ErrDecoupled
 	}
+	if mv.ens != nil {
+		return s.runEnsemble(ctx, mv, req, nil)
+	}
 	pr, err := mv.submit(ctx, req, nil)
 	if err != nil {
 		return nil, err
@@ -391,6 +394,10 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferRequest, send func(*backendapi.InferResponse, error, bool)) error {
 	mv, err := s.lookup(req.ModelName, req.ModelVersion)
 	if err != nil {
+		return err
+	}
+	if mv.ens != nil {
+		_, err := s.runEnsemble(ctx, mv, req, send)
 		return err
 	}
 	pr, err := mv.submit(ctx, req, send)
@@ -437,6 +444,9 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: st, Reason: why}
 			for _, inst := range mv.instances {
 				ms.Stubs = append(ms.Stubs, inst.status())
+			}
+			if mv.ens != nil {
+				ms.Stubs, ms.Steps = []backendapi.StubStatus{}, ensembleSteps(mv.ens)
 			}
 			out = append(out, ms)
 		}

@@ -101,6 +101,10 @@ func Normalize(cfg *inferencepb.ModelConfig, modelDir string, opts ...Option) {
 	if cfg.Backend == "" && cfg.Platform == "" {
 		cfg.Backend = KindPython
 	}
+	if cfg.Backend == KindEnsemble && cfg.Platform == "" {
+		// backend: "ensemble" is accepted as a spelling of the platform.
+		cfg.Platform, cfg.Backend = KindEnsemble, ""
+	}
 	if cfg.DefaultModelFilename == "" {
 		switch cfg.Backend {
 		case KindPython:
@@ -127,7 +131,7 @@ func Normalize(cfg *inferencepb.ModelConfig, modelDir string, opts ...Option) {
 			old.PreferredBatchSize = []int32{cfg.MaxBatchSize}
 		}
 	}
-	if cfg.GetEnsembleScheduling() != nil {
+	if cfg.GetEnsembleScheduling() != nil || cfg.Platform == KindEnsemble {
 		return
 	}
 	if cfg.Optimization == nil {

@@ -20,7 +20,7 @@ const WildcardDim = -1
 //	model input 'INPUT0' dimension must be integer >= 1, or -1 to indicate a variable-size dimension for add_sub
 //
 // Besides Triton's checks it rejects what stubvisor cannot run (a backend
-// other than "python" or "go", ensembles) and a few things Triton leaves to
+// other than "python", "go" or "ensemble") and a few things Triton leaves to
 // fail later: duplicate tensor names, an unusable version policy, negative
 // instance counts, batch inputs/outputs without batching.
 func Validate(cfg *inferencepb.ModelConfig) error {
@@ -31,15 +31,15 @@ func Validate(cfg *inferencepb.ModelConfig) error {
 	if cfg.GetPlatform() == "" && cfg.GetBackend() == "" {
 		return invalidf("must specify 'platform' or 'backend' for '%s'", name)
 	}
-	if cfg.GetEnsembleScheduling() != nil && cfg.GetPlatform() != "ensemble" {
+	if cfg.GetEnsembleScheduling() != nil && cfg.GetPlatform() != KindEnsemble {
 		return invalidf("ensemble scheduling cannot be set for model '%s' whose platform is not ensemble", name)
+	}
+	if IsEnsemble(cfg) {
+		return validateEnsemble(cfg)
 	}
 	switch cfg.GetBackend() {
 	case KindPython, KindGo:
 	case "":
-		if cfg.GetPlatform() == "ensemble" {
-			return newError(ErrInvalid, backendapi.Unsupported, "ensemble models are not supported: '%s'", name)
-		}
 		return invalidf("unexpected platform type '%s' for %s", cfg.GetPlatform(), name)
 	default:
 		return newError(ErrInvalid, backendapi.Unsupported,

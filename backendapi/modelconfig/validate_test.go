@@ -168,7 +168,39 @@ func TestValidate(t *testing.T) {
 		{"unknown backend", io + `backend: "onnxruntime"`,
 			"unable to find backend library for backend 'onnxruntime', try specifying runtime on the model configuration.", backendapi.Unsupported},
 		{"platform without backend", io + `platform: "tensorflow_savedmodel"`, "unexpected platform type 'tensorflow_savedmodel' for m", backendapi.InvalidArg},
-		{"ensemble", `platform: "ensemble" ensemble_scheduling { step { model_name: "a" } }`, "ensemble models are not supported: 'm'", backendapi.Unsupported},
+		{"valid ensemble chain", io + `platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" model_version: -1 input_map { key: "X" value: "IN" } output_map { key: "Y" value: "mid" } },
+			{ model_name: "b" model_version: -1 input_map { key: "X" value: "mid" } output_map { key: "Y" value: "OUT" } } ] }`, "", 0},
+		{"valid ensemble as backend", io + `backend: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } } ] }`, "", 0},
+		{"ensemble without scheduling", io + `platform: "ensemble"`,
+			"ensemble scheduling must be set for ensemble m whose platform is ensemble", backendapi.InvalidArg},
+		{"ensemble without steps", io + `platform: "ensemble" ensemble_scheduling { }`, "must specify 'step' for ensemble 'm'", backendapi.InvalidArg},
+		{"ensemble step without model", io + `platform: "ensemble" ensemble_scheduling { step { input_map { key: "X" value: "IN" } } }`,
+			"must specify 'model_name' in step of ensemble 'm'", backendapi.InvalidArg},
+		{"ensemble step without input_map", io + `platform: "ensemble" ensemble_scheduling { step { model_name: "a" } }`,
+			"must specify 'input_map' in step of ensemble 'm'", backendapi.InvalidArg},
+		{"ensemble step without output_map", io + `platform: "ensemble" ensemble_scheduling { step { model_name: "a" input_map { key: "X" value: "IN" } } }`,
+			"must specify 'output_map' in step of ensemble 'm'", backendapi.InvalidArg},
+		{"ensemble with instance groups", io + `platform: "ensemble" instance_group { count: 1 } ensemble_scheduling { step { model_name: "a" } }`,
+			"instance group should not be specified for ensemble 'm'", backendapi.InvalidArg},
+		{"ensemble tensor written twice", io + `platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } },
+			{ model_name: "b" input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } } ] }`,
+			"ensemble tensor 'OUT' can appear in an output map only once for ensemble 'm' step", backendapi.InvalidArg},
+		{"ensemble tensor consumed but never produced", io + `platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map [ { key: "X" value: "IN" }, { key: "Z" value: "nowhere" } ] output_map { key: "Y" value: "OUT" } } ] }`,
+			"output 'OUT' for ensemble 'm' is not written", backendapi.InvalidArg},
+		{"ensemble cycle", io + `platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map [ { key: "X" value: "IN" }, { key: "Z" value: "loop" } ] output_map { key: "Y" value: "mid" } },
+			{ model_name: "b" input_map { key: "X" value: "mid" } output_map [ { key: "Y" value: "OUT" }, { key: "W" value: "loop" } ] } ] }`,
+			"output 'OUT' for ensemble 'm' is not written", backendapi.InvalidArg},
+		{"ensemble input unused", io + `input { name: "EXTRA" data_type: TYPE_FP32 dims: 1 } platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map { key: "X" value: "IN" } output_map { key: "Y" value: "OUT" } } ] }`,
+			"ensemble input 'EXTRA' for ensemble m' is not used", backendapi.InvalidArg},
+		{"ensemble tensor unused", io + `platform: "ensemble" ensemble_scheduling { step [
+			{ model_name: "a" input_map { key: "X" value: "IN" } output_map [ { key: "Y" value: "OUT" }, { key: "Z" value: "dangling" } ] } ] }`,
+			"ensemble tensor 'dangling' is unused in ensemble 'm'", backendapi.InvalidArg},
 		{"ensemble scheduling on a python model", `ensemble_scheduling { step { model_name: "a" } }`,
 			"ensemble scheduling cannot be set for model 'm' whose platform is not ensemble", backendapi.InvalidArg},
 		{"negative max_batch_size", io + `max_batch_size: -1`, "'max_batch_size' must be non-negative value for m", backendapi.InvalidArg},

@@ -1,0 +1,521 @@
+package main
+
+// End-to-end tests of ensembles: the testdata repository in place (its Go
+// model is built inside this module), explicit model control, real stubs,
+// HTTP and gRPC on loopback.
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+// ensFP32 is a JSON infer request with one FP32 input INPUT0.
+func ensFP32(params map[string]any, outputs []string, vals ...float32) map[string]any {
+	req := map[string]any{"inputs": []map[string]any{{"name": "INPUT0", "shape": []int{len(vals)}, "datatype": "FP32", "data": vals}}}
+	if params != nil {
+		req["parameters"] = params
+	}
+	if outputs != nil {
+		var outs []map[string]any
+		for _, o := range outputs {
+			outs = append(outs, map[string]any{"name": o})
+		}
+		req["outputs"] = outs
+	}
+	return req
+}
+
+// ensOutputs posts a JSON request and returns each output's data as text.
+func ensOutputs(t *testing.T, s *server, model string, req any) map[string]string {
+	t.Helper()
+	code, body := s.httpInferJSON(model, req)
+	if code != http.StatusOK {
+		t.Fatalf("%s: %d %s", model, code, body)
+	}
+	r := httpDecodeInfer(t, code, http.Header{"Content-Type": {"application/json"}}, body)
+	if r.ModelName != model {
+		t.Errorf("model_name %q, want %q", r.ModelName, model)
+	}
+	out := map[string]string{}
+	for _, o := range r.Outputs {
+		out[o.Name] = string(o.Data)
+	}
+	return out
+}
+
+// ensStats returns a model's inference and execution counts and its
+// success and failure counts.
+func ensStats(t *testing.T, s *server, model string) [4]int {
+	t.Helper()
+	var st struct {
+		ModelStats []struct {
+			InferenceCount int `json:"inference_count"`
+			ExecutionCount int `json:"execution_count"`
+			InferenceStats struct {
+				Success, Fail struct {
+					Count int `json:"count"`
+				}
+			} `json:"inference_stats"`
+		} `json:"model_stats"`
+	}
+	s.getJSON("/v2/models/"+model+"/stats", &st)
+	if len(st.ModelStats) != 1 {
+		t.Fatalf("%s: %d stats entries", model, len(st.ModelStats))
+	}
+	m := st.ModelStats[0]
+	return [4]int{m.InferenceCount, m.ExecutionCount, m.InferenceStats.Success.Count, m.InferenceStats.Fail.Count}
+}
+
+// ensPoolsIdle waits until no stub of the models holds arena memory: every
+// tensor an ensemble passed between steps was released.
+func ensPoolsIdle(t *testing.T, s *server, models ...string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("the pools of %v to empty", models), func() bool {
+		for _, m := range models {
+			var ms []struct {
+				Stubs []struct {
+					InUse uint64 `json:"pool_bytes_in_use"`
+				} `json:"stubs"`
+			}
+			s.getJSON("/v2/models/"+m+"/stubs", &ms)
+			for _, v := range ms {
+				for _, st := range v.Stubs {
+					if st.InUse != 0 {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
+}
+
+func f32le(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func startEnsembleServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	pythonOK(t)
+	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, repo, append([]string{"--model-control-mode", "explicit", "--stub-restart-backoff", "10ms"}, args...)...)
+}
+
+func TestEnsemble(t *testing.T) {
+	s := startEnsembleServer(t, "--load-model", "ens_pipeline", "--load-model", "ens_diamond",
+		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill")
+	_, c := grpcClient(t, s)
+
+	t.Run("pipeline http", func(t *testing.T) {
+		// Python preprocess (x2) -> Go identity -> Python postprocess (+1).
+		out := ensOutputs(t, s, "ens_pipeline", ensFP32(nil, nil, 1, 2, 3, 4))
+		if out["OUTPUT0"] != "[3,5,7,9]" {
+			t.Fatalf("OUTPUT0 = %s, want [3,5,7,9]", out["OUTPUT0"])
+		}
+	})
+
+	t.Run("pipeline http binary large", func(t *testing.T) {
+		// 1 MiB: the tensors between steps live in the stubs' arenas.
+		in := make([]float32, 1<<18)
+		for i := range in {
+			in[i] = float32(i % 1000)
+		}
+		hdr := map[string]any{
+			"inputs":  []map[string]any{{"name": "INPUT0", "shape": []int{len(in)}, "datatype": "FP32", "parameters": map[string]any{"binary_data_size": 4 * len(in)}}},
+			"outputs": []map[string]any{{"name": "OUTPUT0", "parameters": map[string]any{"binary_data": true}}},
+		}
+		code, h, body := s.httpInferBinary("ens_pipeline", hdr, le32f(in...))
+		r := httpDecodeInfer(t, code, h, body)
+		got := f32le(r.Blobs["OUTPUT0"])
+		if len(got) != len(in) {
+			t.Fatalf("%d elements back, want %d", len(got), len(in))
+		}
+		for i := range in {
+			if got[i] != 2*in[i]+1 {
+				t.Fatalf("element %d = %v, want %v", i, got[i], 2*in[i]+1)
+			}
+		}
+	})
+
+	t.Run("pipeline grpc", func(t *testing.T) {
+		r, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "ens_pipeline", Id: "g1",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{3}}},
+			RawInputContents: [][]byte{le32f(0.5, -1, 10)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, raw := outputByName(t, r, "OUTPUT0")
+		if got := fmt.Sprint(f32le(raw)); got != "[2 -1 21]" || r.Id != "g1" || r.ModelName != "ens_pipeline" {
+			t.Fatalf("got %s (id %q, model %q)", got, r.Id, r.ModelName)
+		}
+	})
+
+	t.Run("pipeline grpc stream", func(t *testing.T) {
+		st, err := c.ModelStreamInfer(callCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if err := st.Send(&pb.ModelInferRequest{ModelName: "ens_pipeline", Id: fmt.Sprint(i),
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
+				RawInputContents: [][]byte{le32f(float32(i))}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float32{}
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ErrorMessage != "" {
+				t.Fatalf("stream error: %s", m.ErrorMessage)
+			}
+			_, raw := outputByName(t, m.InferResponse, "OUTPUT0")
+			got[m.InferResponse.Id] = f32le(raw)[0]
+		}
+		if fmt.Sprint(got) != "map[0:1 1:3 2:5]" {
+			t.Fatalf("streamed %v", got)
+		}
+	})
+
+	t.Run("metadata and config", func(t *testing.T) {
+		var md struct {
+			Platform string   `json:"platform"`
+			Versions []string `json:"versions"`
+			Inputs   []struct {
+				Name string `json:"name"`
+			} `json:"inputs"`
+		}
+		s.getJSON("/v2/models/ens_diamond", &md)
+		if md.Platform != "ensemble" || fmt.Sprint(md.Versions) != "[1]" || len(md.Inputs) != 1 || md.Inputs[0].Name != "INPUT0" {
+			t.Fatalf("metadata %+v", md)
+		}
+		cfg, err := c.ModelConfig(callCtx(t), &pb.ModelConfigRequest{Name: "ens_stream"})
+		if err != nil || !cfg.Config.GetModelTransactionPolicy().GetDecoupled() || len(cfg.Config.GetEnsembleScheduling().GetStep()) != 2 {
+			t.Fatalf("ens_stream config %v, %v: an ensemble with a decoupled step is decoupled", cfg, err)
+		}
+	})
+
+	t.Run("diamond", func(t *testing.T) {
+		out := ensOutputs(t, s, "ens_diamond", ensFP32(nil, nil, 1, 2))
+		if out["SUM"] != "[5,9]" || out["SCALED"] != "[2,4]" {
+			t.Fatalf("outputs %v, want SUM [5,9] and SCALED [2,4]", out)
+		}
+	})
+
+	t.Run("requested outputs prune steps", func(t *testing.T) {
+		before := ensStats(t, s, "ens_join")
+		out := ensOutputs(t, s, "ens_diamond", ensFP32(nil, []string{"SCALED"}, 3))
+		if len(out) != 1 || out["SCALED"] != "[6]" {
+			t.Fatalf("outputs %v, want only SCALED [6]", out)
+		}
+		if after := ensStats(t, s, "ens_join"); after != before {
+			t.Fatalf("ens_join ran for a request that asked only for SCALED: %v -> %v", before, after)
+		}
+	})
+
+	t.Run("decoupled step streams", func(t *testing.T) {
+		st, err := c.ModelStreamInfer(callCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := []int32{3, 4, 5}
+		if err := st.Send(&pb.ModelInferRequest{ModelName: "ens_stream", Id: "s",
+			Parameters: map[string]*pb.InferParameter{"triton_enable_empty_final_response": boolParam(true)},
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				{Name: "IN", Datatype: "INT32", Shape: []int64{3}},
+				{Name: "DELAY", Datatype: "UINT32", Shape: []int64{3}},
+				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}},
+			},
+			RawInputContents: [][]byte{le32i(vals...), le32i(5, 5, 5), le32i(0)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var outs []string
+		finals := 0
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.ErrorMessage != "" {
+				t.Fatalf("stream error: %s", m.ErrorMessage)
+			}
+			r := m.InferResponse
+			if r.Parameters["triton_final_response"].GetBoolParam() {
+				finals++
+			}
+			if len(r.Outputs) == 0 {
+				continue
+			}
+			_, out := outputByName(t, r, "OUT")
+			_, idx := outputByName(t, r, "IDX")
+			outs = append(outs, fmt.Sprintf("%d:%d", binary.LittleEndian.Uint32(idx), int32(binary.LittleEndian.Uint32(out))))
+		}
+		slices.Sort(outs)
+		if strings.Join(outs, " ") != "0:30 1:40 2:50" || finals != 1 {
+			t.Fatalf("streamed %v with %d final responses, want 0:30 1:40 2:50 and one final", outs, finals)
+		}
+		_, err = c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "ens_stream",
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				{Name: "IN", Datatype: "INT32", Shape: []int64{1}}, {Name: "DELAY", Datatype: "UINT32", Shape: []int64{1}},
+				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}}},
+			RawInputContents: [][]byte{le32i(1), le32i(0), le32i(0)}})
+		wantStatus(t, err, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy")
+	})
+
+	t.Run("failing step", func(t *testing.T) {
+		code, body := s.httpInferJSON("ens_fail", ensFP32(nil, nil, 1))
+		if msg := httpErrorText(t, body); code != http.StatusInternalServerError ||
+			!strings.HasPrefix(msg, "in ensemble 'ens_fail', Failed to process the request(s) for model 'execute_raises_0_0', message: RuntimeError: execute_raises: failing") {
+			t.Fatalf("%d %s", code, msg)
+		}
+		// A step's own error code reaches the client (parameters reach
+		// every step: ens_scale fails on "scale_error").
+		code, body = s.httpInferJSON("ens_pipeline", ensFP32(map[string]any{"scale_error": true}, nil, 1))
+		if msg := httpErrorText(t, body); code != http.StatusBadRequest || msg != "in ensemble 'ens_pipeline', ens_scale: failing on request" {
+			t.Fatalf("%d %s", code, msg)
+		}
+		_, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "ens_fail",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
+			RawInputContents: [][]byte{le32f(1)}})
+		wantStatus(t, err, codes.Internal, "in ensemble 'ens_fail', Failed to process the request(s) for model 'execute_raises_0_0'")
+		// The ensemble validates its own inputs first.
+		code, body = s.httpInferJSON("ens_pipeline", map[string]any{"inputs": []map[string]any{{"name": "X", "shape": []int{1}, "datatype": "FP32", "data": []float32{1}}}})
+		if msg := httpErrorText(t, body); code != http.StatusBadRequest || msg != "unexpected inference input 'X' for model 'ens_pipeline'" {
+			t.Fatalf("%d %s", code, msg)
+		}
+	})
+
+	t.Run("step killed mid-request", func(t *testing.T) {
+		var before []struct {
+			Stubs []struct {
+				PID int `json:"pid"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/kill_self/stubs", &before)
+		code, body := s.httpInferJSON("ens_kill", ensFP32(map[string]any{"kill": true}, nil, 1))
+		msg := httpErrorText(t, body)
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, "in ensemble 'ens_kill', Stub process 'kill_self_0_0' of model 'kill_self' died while executing the request: signal: killed") {
+			t.Fatalf("%d %s", code, msg)
+		}
+		if err := syscall.Kill(before[0].Stubs[0].PID, 0); err == nil {
+			t.Errorf("the killed stub %d still exists", before[0].Stubs[0].PID)
+		}
+		waitFor(t, 30*time.Second, "kill_self to be ready again", func() bool {
+			code, _, _ := s.do("GET", "/v2/models/kill_self/ready", nil)
+			return code == http.StatusOK
+		})
+		if out := ensOutputs(t, s, "ens_kill", ensFP32(nil, nil, 4)); out["OUTPUT0"] != "[8]" {
+			t.Fatalf("after the restart: %v", out)
+		}
+	})
+
+	t.Run("statistics of the ensemble and its steps", func(t *testing.T) {
+		models := []string{"ens_pipeline", "ens_scale", "go_identity_fp32", "ens_offset"}
+		before := map[string][4]int{}
+		for _, m := range models {
+			before[m] = ensStats(t, s, m)
+		}
+		for i := range 3 {
+			ensOutputs(t, s, "ens_pipeline", ensFP32(nil, nil, float32(i)))
+		}
+		for _, m := range models {
+			b, a := before[m], ensStats(t, s, m)
+			if a[0]-b[0] != 3 || a[1]-b[1] != 3 || a[2]-b[2] != 3 || a[3] != b[3] {
+				t.Errorf("%s: stats %v -> %v, want 3 more inferences, executions and successes", m, b, a)
+			}
+		}
+		f := ensStats(t, s, "ens_fail")
+		if f[3] < 2 {
+			t.Errorf("ens_fail: %d failures recorded, want at least 2", f[3])
+		}
+		resp, err := http.Get(s.Metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		text, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range models {
+			series := `nv_inference_request_success{model="` + m + `",version="1"}`
+			if !strings.Contains(string(text), series) {
+				t.Errorf("/metrics has no %s", series)
+			}
+		}
+	})
+
+	t.Run("status shows steps", func(t *testing.T) {
+		var ms []struct {
+			Model string `json:"model"`
+			Stubs []any  `json:"stubs"`
+			Steps []struct {
+				Model   string   `json:"model"`
+				Version string   `json:"version"`
+				Inputs  []string `json:"inputs"`
+				Outputs []string `json:"outputs"`
+			} `json:"steps"`
+		}
+		s.getJSON("/v2/models/ens_pipeline/stubs", &ms)
+		if len(ms) != 1 || len(ms[0].Steps) != 3 || len(ms[0].Stubs) != 0 {
+			t.Fatalf("stubs view %+v", ms)
+		}
+		st := ms[0].Steps
+		if st[0].Model != "ens_scale" || st[1].Model != "go_identity_fp32" || st[2].Model != "ens_offset" || st[0].Version != "latest" ||
+			fmt.Sprint(st[0].Inputs) != "[INPUT0 -> INPUT0]" || fmt.Sprint(st[0].Outputs) != "[OUTPUT0 -> scaled]" {
+			t.Fatalf("steps %+v", st)
+		}
+	})
+
+	t.Run("nothing left in the arenas", func(t *testing.T) {
+		ensPoolsIdle(t, s, "ens_scale", "go_identity_fp32", "ens_offset", "identity_fp32", "ens_join",
+			"repeat_decoupled", "ens_int_scale", "execute_raises", "kill_self")
+	})
+}
+
+func TestEnsembleExplicit(t *testing.T) {
+	s := startEnsembleServer(t)
+	state := func(model string) string {
+		var idx []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		}
+		code, body := s.postJSON("/v2/repository/index", map[string]any{})
+		if code != http.StatusOK {
+			t.Fatalf("index: %d %s", code, body)
+		}
+		if err := json.Unmarshal(body, &idx); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range idx {
+			if e.Name == model {
+				return e.State
+			}
+		}
+		t.Fatalf("%s is not in the index: %s", model, body)
+		return ""
+	}
+	stubPID := func(model string) int {
+		var ms []struct {
+			Stubs []struct {
+				PID int `json:"pid"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/"+model+"/stubs", &ms)
+		if len(ms) != 1 || len(ms[0].Stubs) != 1 {
+			t.Fatalf("%s stubs %+v", model, ms)
+		}
+		return ms[0].Stubs[0].PID
+	}
+	load := func(model string, params map[string]any) (int, string) {
+		if params == nil {
+			params = map[string]any{}
+		}
+		code, body := s.postJSON("/v2/repository/models/"+model+"/load", map[string]any{"parameters": params})
+		return code, string(body)
+	}
+	unload := func(model string, dependents bool) {
+		code, body := s.postJSON("/v2/repository/models/"+model+"/unload", map[string]any{"parameters": map[string]any{"unload_dependents": dependents}})
+		if code != http.StatusOK {
+			t.Fatalf("unload %s: %d %s", model, code, body)
+		}
+	}
+	steps := []string{"ens_scale", "go_identity_fp32", "ens_offset"}
+
+	if st := state("ens_pipeline"); st != "" {
+		t.Fatalf("ens_pipeline is %q before any load", st)
+	}
+	// Loading the ensemble loads its composing models.
+	if code, body := load("ens_pipeline", nil); code != http.StatusOK {
+		t.Fatalf("load: %d %s", code, body)
+	}
+	for _, m := range append([]string{"ens_pipeline"}, steps...) {
+		if st := state(m); st != "READY" {
+			t.Fatalf("%s is %q after loading the ensemble", m, st)
+		}
+	}
+	if out := ensOutputs(t, s, "ens_pipeline", ensFP32(nil, nil, 1)); out["OUTPUT0"] != "[3]" {
+		t.Fatalf("infer: %v", out)
+	}
+	pid := stubPID("ens_scale")
+
+	// Unloading it leaves them loaded; loading it again reuses them.
+	unload("ens_pipeline", false)
+	if st := state("ens_pipeline"); st != "UNAVAILABLE" {
+		t.Fatalf("ens_pipeline is %q after unload", st)
+	}
+	if code, _, _ := s.do("GET", "/v2/models/ens_pipeline/ready", nil); code == http.StatusOK {
+		t.Fatal("ens_pipeline still ready after unload")
+	}
+	for _, m := range steps {
+		if st := state(m); st != "READY" {
+			t.Fatalf("%s is %q after unloading the ensemble alone", m, st)
+		}
+	}
+	if code, body := load("ens_pipeline", nil); code != http.StatusOK {
+		t.Fatalf("load again: %d %s", code, body)
+	}
+	if p := stubPID("ens_scale"); p != pid {
+		t.Errorf("ens_scale was restarted (pid %d -> %d) by loading the ensemble again", pid, p)
+	}
+
+	// With unload_dependents the composing models go too.
+	unload("ens_pipeline", true)
+	for _, m := range append([]string{"ens_pipeline"}, steps...) {
+		if st := state(m); st != "UNAVAILABLE" {
+			t.Fatalf("%s is %q after unload with unload_dependents", m, st)
+		}
+	}
+
+	// A step mapping a tensor the model does not have fails the load with
+	// Triton's text.
+	bad := `{"name":"ens_fail","platform":"ensemble","input":[{"name":"INPUT0","data_type":"TYPE_FP32","dims":[-1]}],
+		"output":[{"name":"OUTPUT0","data_type":"TYPE_FP32","dims":[-1]}],
+		"ensemble_scheduling":{"step":[{"model_name":"execute_raises","model_version":-1,
+		"input_map":{"NOPE":"INPUT0"},"output_map":{"OUTPUT0":"OUTPUT0"}}]}}`
+	code, body := load("ens_fail", map[string]any{"config": bad})
+	if want := "failed to load 'ens_fail': in ensemble ens_fail, ensemble tensor INPUT0 is mapping to non-existing input NOPE in model execute_raises"; code != http.StatusBadRequest || !strings.Contains(body, want) {
+		t.Fatalf("load of a bad ensemble: %d %s, want 400 %q", code, body, want)
+	}
+	// So does a step naming a model the repository does not have.
+	missing := strings.ReplaceAll(bad, `"execute_raises"`, `"no_such_model"`)
+	code, body = load("ens_fail", map[string]any{"config": missing})
+	if want := "ensemble 'ens_fail' depends on 'no_such_model' which has no loaded version"; code != http.StatusBadRequest || !strings.Contains(body, want) {
+		t.Fatalf("load of an ensemble with a missing step model: %d %s, want 400 %q", code, body, want)
+	}
+}

@@ -1,0 +1,436 @@
+package supervisor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+)
+
+// An ensemble request runs each step as soon as every tensor it reads
+// exists, through the same path as any request to the step's model, and
+// steps that become ready together run in parallel.
+//
+// Tensors between steps never enter the Go heap: a step's outputs stay in
+// its stub's arena (the response aliases them), and the next step's
+// request names those bytes as its input, so the consumer's stub gets
+// them in one copy, from the producer's arena into its own (mapping the
+// producer's block into the consumer would save that copy but make every
+// stub map every other's region; at 4 MiB the copy costs about what one
+// extra page-fault pass of a mapping would). A response is released when
+// no step reading its tensors is still running and none of them is an
+// ensemble output; outputs reach the client aliasing the producers'
+// arenas, released with the ensemble's response.
+
+// ensRef counts the holders of one step response: the tensor table, each
+// running step that reads one of its tensors, and an ensemble response.
+type ensRef struct {
+	resp *backendapi.InferResponse
+	n    atomic.Int32
+}
+
+func (r *ensRef) hold() {
+	if r != nil {
+		r.n.Add(1)
+	}
+}
+
+func (r *ensRef) drop() {
+	if r != nil && r.n.Add(-1) == 0 {
+		r.resp.Release()
+	}
+}
+
+// ensVal is the current value of one ensemble tensor.
+type ensVal struct {
+	t   backendapi.InputTensor // Name is the ensemble tensor's
+	src *ensRef                // nil for the ensemble's inputs
+	// left counts the firings of consumer steps that have not ended yet.
+	left  int
+	fresh bool // not yet part of a streamed ensemble response
+}
+
+// ensEvent is what a running step reports: one response, an error, or its
+// end (final).
+type ensEvent struct {
+	f     *ensFiring
+	resp  *backendapi.InferResponse
+	err   error
+	final bool
+}
+
+// ensFiring is one run of a step with the values it read.
+type ensFiring struct {
+	st   *ensStep
+	vals []*ensVal
+}
+
+// ensRun is one request through an ensemble. Only the goroutine that runs
+// run touches vals; steps report through events.
+type ensRun struct {
+	s      *Supervisor
+	mv     *modelVersion
+	req    *backendapi.InferRequest
+	ctx    context.Context
+	cancel context.CancelFunc
+	// send gets every response of a streaming request; nil for Infer.
+	send func(*backendapi.InferResponse, error, bool)
+
+	vals map[string]*ensVal
+	// needed are the steps that lead to a requested output; wanted the
+	// requested outputs (shared memory and classification included).
+	needed  map[*ensStep]bool
+	wanted  map[string]backendapi.RequestedOutput
+	running int
+	err     error
+
+	mu     sync.Mutex
+	events []ensEvent
+	wake   chan struct{}
+}
+
+// runEnsemble runs one request through an ensemble. For Infer (send nil)
+// it returns the one response; a streaming request gets its responses
+// through send and returns nil, nil.
+func (s *Supervisor) runEnsemble(ctx context.Context, mv *modelVersion, req *backendapi.InferRequest, send func(*backendapi.InferResponse, error, bool)) (*backendapi.InferResponse, error) {
+	batch, err := mv.sig.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	mv.mu.RLock()
+	if mv.closing {
+		mv.mu.RUnlock()
+		return nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", mv.name, mv.version)
+	}
+	mv.active.Add(1)
+	mv.mu.RUnlock()
+	defer mv.active.Done()
+	start := time.Now()
+	r := &ensRun{s: s, mv: mv, req: req, send: send, vals: map[string]*ensVal{}, wake: make(chan struct{}, 1)}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
+	r.plan()
+	resp, err := r.run()
+	d := time.Since(start)
+	mv.stats.requestDone(err == nil, batch, d, 0, d)
+	mv.stats.executionDone(batch, 0, d, 0)
+	return resp, err
+}
+
+// plan picks the steps that lead to a requested output (all outputs when
+// the request names none), as Triton prunes an ensemble's graph.
+func (r *ensRun) plan() {
+	e := r.mv.ens
+	r.wanted = map[string]backendapi.RequestedOutput{}
+	if len(r.req.Outputs) == 0 {
+		for _, o := range e.outputs {
+			r.wanted[o] = backendapi.RequestedOutput{Name: o}
+		}
+	}
+	for _, o := range r.req.Outputs {
+		r.wanted[o.Name] = o
+	}
+	r.needed = map[*ensStep]bool{}
+	var visit func(tensor string)
+	visit = func(tensor string) {
+		st := e.producer[tensor]
+		if st == nil || r.needed[st] {
+			return
+		}
+		r.needed[st] = true
+		for _, m := range st.in {
+			visit(m.tensor)
+		}
+	}
+	for o := range r.wanted {
+		visit(o)
+	}
+}
+
+// consumers counts the needed steps reading a tensor.
+func (r *ensRun) consumers(tensor string) int {
+	n := 0
+	for _, st := range r.mv.ens.consumers[tensor] {
+		if r.needed[st] {
+			n++
+		}
+	}
+	return n
+}
+
+// run drives the steps until every one has ended, then answers.
+func (r *ensRun) run() (*backendapi.InferResponse, error) {
+	for _, in := range r.req.Inputs {
+		r.vals[in.Name] = &ensVal{t: in, left: r.consumers(in.Name)}
+	}
+	var ready []*ensStep
+	for _, st := range r.mv.ens.steps {
+		if r.needed[st] && r.inputsReady(st) {
+			ready = append(ready, st)
+		}
+	}
+	r.fire(ready)
+	for r.running > 0 {
+		if !r.handleEvents() {
+			<-r.wake
+		}
+	}
+	r.handleEvents()
+	return r.finish()
+}
+
+// inputsReady reports whether every tensor a step reads has a value.
+func (r *ensRun) inputsReady(st *ensStep) bool {
+	for _, m := range st.in {
+		if r.vals[m.tensor] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// fire starts the given steps. A lone step of a model that is not
+// decoupled runs on this goroutine, which then reads the stub's ring
+// itself (the common chain pays no goroutine hand-off); others run on
+// their own goroutines.
+func (r *ensRun) fire(steps []*ensStep) {
+	if r.err != nil {
+		return
+	}
+	for i, st := range steps {
+		f := &ensFiring{st: st}
+		req := r.stepRequest(f)
+		r.running++
+		mv, err := r.s.lookup(st.model, st.version)
+		if err != nil {
+			r.push(ensEvent{f: f, err: err, final: true})
+			continue
+		}
+		if i == len(steps)-1 && r.running == 1 && !mv.decoupled {
+			r.runStep(mv, f, req)
+			continue
+		}
+		go r.runStep(mv, f, req)
+	}
+}
+
+// stepRequest builds the request of one firing: the ensemble request's
+// parameters, correlation id, flags, priority and timeout, the step's
+// inputs from the tensor table (each value held until the firing ends)
+// and, as requested outputs, the step outputs something still needs.
+func (r *ensRun) stepRequest(f *ensFiring) *backendapi.InferRequest {
+	st := f.st
+	req := &backendapi.InferRequest{
+		ModelName: st.model, ModelVersion: st.version, ID: r.req.ID, Parameters: r.req.Parameters,
+		CorrelationID: r.req.CorrelationID, Flags: r.req.Flags, Priority: r.req.Priority, Timeout: r.req.Timeout,
+		Inputs: make([]backendapi.InputTensor, 0, len(st.in)),
+	}
+	for _, m := range st.in {
+		v := r.vals[m.tensor]
+		v.src.hold()
+		f.vals = append(f.vals, v)
+		in := v.t
+		in.Name = m.model
+		req.Inputs = append(req.Inputs, in)
+	}
+	for _, m := range st.out {
+		want, isOut := r.wanted[m.tensor]
+		if !isOut && r.consumers(m.tensor) == 0 {
+			continue
+		}
+		o := backendapi.RequestedOutput{Name: m.model}
+		if isOut {
+			o.SharedMemory = want.SharedMemory
+			if r.consumers(m.tensor) == 0 {
+				o.Classification = want.Classification
+			}
+		}
+		req.Outputs = append(req.Outputs, o)
+	}
+	return req
+}
+
+// runStep runs one firing to its end, reporting every response.
+func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRequest) {
+	report := func(resp *backendapi.InferResponse, err error, final bool) {
+		r.push(ensEvent{f: f, resp: resp, err: err, final: final})
+	}
+	pr, err := mv.submitTo(r.ctx, req, report, true)
+	if err != nil {
+		report(nil, err, true)
+		return
+	}
+	if !pr.await() {
+		pr.mu.Lock()
+		pr.abandoned = true
+		pr.mu.Unlock()
+		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", mv.name, r.ctx.Err()), true)
+	}
+}
+
+func (r *ensRun) push(ev ensEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// handleEvents acts on the events reported so far; false when there were
+// none.
+func (r *ensRun) handleEvents() bool {
+	r.mu.Lock()
+	evs := r.events
+	r.events = nil
+	r.mu.Unlock()
+	for _, ev := range evs {
+		r.handle(ev)
+	}
+	return len(evs) > 0
+}
+
+func (r *ensRun) handle(ev ensEvent) {
+	if ev.err != nil && r.err == nil {
+		// The first error ends the request; the other steps are
+		// cancelled and their responses dropped.
+		r.err = backendapi.Errorf(backendapi.CodeOf(ev.err), "in ensemble '%s', %s", r.mv.name, backendapi.MessageOf(ev.err))
+		r.cancel()
+	}
+	if ev.resp != nil {
+		r.store(ev.f.st, ev.resp)
+	}
+	if !ev.final {
+		return
+	}
+	r.running--
+	for _, v := range ev.f.vals {
+		v.src.drop()
+		v.left--
+		if v.left == 0 && r.vals[v.t.Name] == v && r.wanted[v.t.Name].Name == "" {
+			delete(r.vals, v.t.Name)
+			v.src.drop()
+		}
+	}
+}
+
+// store enters a step response's outputs into the tensor table, starts
+// the steps that now have all their inputs and, for a decoupled ensemble,
+// sends a response when every requested output has a value and one is
+// new.
+func (r *ensRun) store(st *ensStep, resp *backendapi.InferResponse) {
+	ref := &ensRef{resp: resp}
+	ref.hold() // until store returns
+	defer ref.drop()
+	if r.err != nil {
+		return
+	}
+	var ready []*ensStep
+	fresh := false
+	for _, o := range resp.Outputs {
+		tensor, ok := st.tensorOf(o.Name)
+		if !ok {
+			continue
+		}
+		_, isOut := r.wanted[tensor]
+		n := r.consumers(tensor)
+		if !isOut && n == 0 {
+			continue
+		}
+		if old := r.vals[tensor]; old != nil {
+			old.src.drop()
+		}
+		ref.hold()
+		r.vals[tensor] = &ensVal{
+			t:   backendapi.InputTensor{Name: tensor, DataType: o.DataType, Shape: o.Shape, Data: o.Data, SharedMemory: o.SharedMemory},
+			src: ref, left: n, fresh: isOut,
+		}
+		fresh = fresh || isOut
+		for _, c := range r.mv.ens.consumers[tensor] {
+			if r.needed[c] && r.inputsReady(c) && !containsStep(ready, c) {
+				ready = append(ready, c)
+			}
+		}
+	}
+	r.fire(ready)
+	if fresh && r.mv.decoupled && r.send != nil {
+		if out := r.response(true); out != nil {
+			r.send(out, nil, false)
+			out.Release()
+		}
+	}
+}
+
+func containsStep(steps []*ensStep, st *ensStep) bool {
+	for _, s := range steps {
+		if s == st {
+			return true
+		}
+	}
+	return false
+}
+
+// response builds an ensemble response from the requested outputs'
+// values, holding each until the response is released; nil when one has
+// no value (or, with onlyFresh, one was already sent: a streamed response
+// pairs only values that arrived since the last, so a decoupled step's
+// outputs are never mixed with an older response's).
+func (r *ensRun) response(onlyFresh bool) *backendapi.InferResponse {
+	resp := &backendapi.InferResponse{ModelName: r.mv.name, ModelVersion: r.mv.version, ID: r.req.ID}
+	for _, name := range r.mv.ens.outputs {
+		want, ok := r.wanted[name]
+		if !ok {
+			continue
+		}
+		v := r.vals[name]
+		if v == nil || onlyFresh && !v.fresh {
+			return nil
+		}
+		resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: name, DataType: v.t.DataType, Shape: v.t.Shape, Data: v.t.Data, SharedMemory: want.SharedMemory})
+	}
+	var refs []*ensRef
+	for _, name := range r.mv.ens.outputs {
+		if v := r.vals[name]; v != nil && r.wanted[name].Name != "" {
+			v.fresh = false
+			v.src.hold()
+			refs = append(refs, v.src)
+		}
+	}
+	resp.SetRelease(func() {
+		for _, ref := range refs {
+			ref.drop()
+		}
+	})
+	return resp
+}
+
+// finish answers once every step has ended and lets go of the table.
+func (r *ensRun) finish() (*backendapi.InferResponse, error) {
+	var out *backendapi.InferResponse
+	err := r.err
+	if err == nil && !r.mv.decoupled {
+		if out = r.response(false); out == nil {
+			err = backendapi.Errorf(backendapi.Internal, "in ensemble '%s', the steps ended without producing every requested output", r.mv.name)
+		}
+	}
+	for name, v := range r.vals {
+		delete(r.vals, name)
+		v.src.drop()
+	}
+	if r.send == nil {
+		return out, err
+	}
+	switch {
+	case err != nil:
+		r.send(nil, err, true)
+	case out != nil:
+		r.send(out, nil, true)
+		out.Release()
+	default:
+		r.send(nil, nil, true)
+	}
+	return nil, nil
+}
