@@ -27,6 +27,8 @@
 //	response.go     a stub's response turned into the front end's
 //	classify.go     the classification extension (labels, top-k)
 //	bls.go          requests a model makes from inside execute (BLS)
+//	ensemble.go     an ensemble's steps, built and checked at load
+//	ensemble_run.go one request through an ensemble: steps, tensor table, refcounts
 //	clientshm.go    client shared memory: the registry and its endpoints
 //	stubshm.go      client regions as one stub sees them (lifeline, MapRegion)
 //	logs.go         stub stdout/stderr and Log messages into the logger
@@ -59,6 +61,9 @@
 //     stub dies.
 //   - reader: one bls goroutine per InferExec message (and a watcher that
 //     cancels it when the calling stub exits), ended when its request ends.
+//   - ensRun: one goroutine per step that runs beside another (a lone step
+//     runs on the caller's goroutine), ended when its request ends; the
+//     run waits for all of them before it answers.
 //   - CustomMetrics: one call per live stub, joined within the scrape.
 //
 // # Lock order
@@ -81,7 +86,8 @@
 //  10. clientShm.mu: the client region registry.
 //  11. Leaves, never held while taking another: modelVersion.mu (RW; the
 //     closing flag), stats.mu, the merger's mutex in CustomMetrics, and
-//     the two mutexes of package cuda (its driver and each opened handle).
+//     the two mutexes of package cuda (its driver and each opened handle),
+//     ensRun.mu (its event queue).
 //
 // Observed nestings: loadMu > Supervisor.mu (load, Close); Supervisor.mu >
 // instance.mu, stubProc.mu (Ready, RepositoryIndex and Stubs read instance
