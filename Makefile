@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm clean
+.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble clean
 
 all: build
 
@@ -69,6 +69,9 @@ bench-grpc: build
 
 bench-shm: build
 	$(GO) run ./cmd/stubvisor-bench shm
+
+bench-ensemble: build
+	$(GO) run ./cmd/stubvisor-bench ensemble
 
 clean:
 	rm -rf $(BIN)

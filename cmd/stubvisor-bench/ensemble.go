@@ -1,0 +1,210 @@
+package main
+
+// The ensemble subcommand: three Python identity models chained three
+// ways against the built bin/stubvisor over gRPC, measured in the same
+// rounds: as an ensemble (one request), by the client (three requests,
+// each output sent back as the next input) and by a BLS model.py (one
+// request, three BLS calls), next to a single identity model as the
+// yardstick of what one step moves.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+)
+
+func init() {
+	register("ensemble", "a 3-step identity ensemble vs the same chain by the client and by BLS (gRPC)", runEnsembleBench)
+}
+
+const ensIdentityConfig = `name: "%s"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+instance_group [ { kind: KIND_CPU } ]
+`
+
+var ensBenchModels = []benchModel{
+	{"id_1", "identity_fp32", fmt.Sprintf(ensIdentityConfig, "id_1")},
+	{"id_2", "identity_fp32", fmt.Sprintf(ensIdentityConfig, "id_2")},
+	{"id_3", "identity_fp32", fmt.Sprintf(ensIdentityConfig, "id_3")},
+	{"ens_id3", "ens_pipeline", `name: "ens_id3"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "id_1" model_version: -1 input_map { key: "INPUT0" value: "INPUT0" } output_map { key: "OUTPUT0" value: "a" } },
+  { model_name: "id_2" model_version: -1 input_map { key: "INPUT0" value: "a" } output_map { key: "OUTPUT0" value: "b" } },
+  { model_name: "id_3" model_version: -1 input_map { key: "INPUT0" value: "b" } output_map { key: "OUTPUT0" value: "OUTPUT0" } }
+] }
+`},
+	{"bls_id3", "bls_chain", `name: "bls_id3"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+parameters { key: "STEPS" value { string_value: "id_1,id_2,id_3" } }
+instance_group [ { kind: KIND_CPU } ]
+`},
+}
+
+// ensSide is one way of running the chain: call does one chain on the
+// client and checks the answer.
+type ensSide struct {
+	name string
+	call func(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error
+}
+
+func inferOne(ctx context.Context, c pb.GRPCInferenceServiceClient, model string, in []byte) ([]byte, error) {
+	r, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: model,
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{int64(len(in) / 4)}}},
+		RawInputContents: [][]byte{in}})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", model, err)
+	}
+	if len(r.RawOutputContents) != 1 || len(r.RawOutputContents[0]) != len(in) {
+		return nil, fmt.Errorf("%s: wrong output", model)
+	}
+	return r.RawOutputContents[0], nil
+}
+
+func oneModel(model string) func(context.Context, pb.GRPCInferenceServiceClient, []byte) error {
+	return func(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
+		_, err := inferOne(ctx, c, model, in)
+		return err
+	}
+}
+
+func clientChain(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
+	var err error
+	for _, m := range []string{"id_1", "id_2", "id_3"} {
+		if in, err = inferOne(ctx, c, m, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runEnsembleBench(args []string) error {
+	fs := flag.NewFlagSet("ensemble", flag.ContinueOnError)
+	duration := fs.Duration("duration", 2*time.Second, "measured time per side and round")
+	rounds := fs.Int("rounds", 3, "rounds, each measuring every side in turn; medians are printed")
+	warmup := fs.Duration("warmup", 300*time.Millisecond, "unmeasured time before each side")
+	sf := addServerFlags(fs)
+	only := fs.String("case", "", "run only the cases whose name contains this")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	env, err := newBenchEnv("ensemble", sf, ensBenchModels...)
+	if err != nil {
+		return err
+	}
+	defer env.close()
+	srv, err := env.start("gRPC")
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	sides := []ensSide{
+		{"ensemble", oneModel("ens_id3")},
+		{"client-chain", clientChain},
+		{"bls", oneModel("bls_id3")},
+		{"single", oneModel("id_1")},
+	}
+	for _, size := range []struct {
+		name  string
+		elems int
+	}{{"16xFP32", 16}, {"4MiB", 1 << 20}} {
+		for _, conc := range []int{1, 16} {
+			caseName := fmt.Sprintf("%s-c%d", size.name, conc)
+			if *only != "" && !strings.Contains(caseName, *only) {
+				continue
+			}
+			in := fp32Bytes(size.elems)
+			var fns []func() (Stats, error)
+			for _, sd := range sides {
+				fns = append(fns, func() (Stats, error) { return loadChain(srv.addr, sd, in, conc, *warmup, *duration) })
+			}
+			med, ratios, err := alternateAll(*rounds, fns)
+			if err != nil {
+				return fmt.Errorf("%s: %w", caseName, err)
+			}
+			for i, sd := range sides {
+				fmt.Printf("ensemble %s-%s p50_us=%.0f rps=%.0f\n", sd.name, caseName, float64(med[i].P50)/float64(time.Microsecond), med[i].PerSecond)
+			}
+			for i, sd := range sides[1:] {
+				fmt.Printf("ensemble ratio %s: ensemble/%s=%.2f\n", caseName, sd.name, ratios[i+1])
+			}
+		}
+	}
+	return nil
+}
+
+// loadChain runs conc callers of one side on one connection for warmup,
+// then measures for d; rps counts whole chains.
+func loadChain(addr string, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	if err != nil {
+		return Stats{}, err
+	}
+	defer conn.Close()
+	client := pb.NewGRPCInferenceServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), warmup+d+time.Minute)
+	defer cancel()
+	start := time.Now()
+	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		samples  []time.Duration
+		ops      int
+		firstErr error
+	)
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for {
+				t0 := time.Now()
+				if t0.After(end) {
+					break
+				}
+				if err := sd.call(ctx, client, in); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, fmt.Errorf("%s: %w", sd.name, err))
+					mu.Unlock()
+					return
+				}
+				if t0.After(measureFrom) {
+					mine = append(mine, time.Since(t0))
+				}
+			}
+			mu.Lock()
+			samples = append(samples, mine...)
+			ops += len(mine)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return Stats{}, firstErr
+	}
+	if ops == 0 {
+		return Stats{}, errors.New(sd.name + ": no chain completed in the measured time")
+	}
+	return summarize(samples, ops, d), nil
+}
