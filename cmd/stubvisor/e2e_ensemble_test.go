@@ -519,3 +519,38 @@ func TestEnsembleExplicit(t *testing.T) {
 		t.Fatalf("load of an ensemble with a missing step model: %d %s, want 400 %q", code, body, want)
 	}
 }
+
+// TestEnsembleSharedMemory: client shared memory at an ensemble's edges.
+// The input is read from a client region by the first step; SUM is
+// written into a region by the last step; SCALED, both an output and the
+// input of two steps, is written into a region by the first step and read
+// from there by the next two.
+func TestEnsembleSharedMemory(t *testing.T) {
+	s := startEnsembleServer(t, "--load-model", "ens_diamond", "--allow-client-shm=true")
+	in := newClientRegion(t, "ens-in", 4096)
+	out := newClientRegion(t, "ens-out", 4096)
+	for name, key := range map[string]string{"ens_in": in.key, "ens_out": out.key} {
+		if code, body := s.postJSON("/v2/systemsharedmemory/region/"+name+"/register", map[string]any{"key": key, "offset": 0, "byte_size": 4096}); code != http.StatusOK {
+			t.Fatalf("register %s: %d %s", name, code, body)
+		}
+	}
+	t.Cleanup(func() { s.postJSON("/v2/systemsharedmemory/unregister", nil) })
+	copy(in.mem[64:], le32f(1, 2, 3))
+	code, body := s.httpInferJSON("ens_diamond", map[string]any{
+		"inputs": []map[string]any{{"name": "INPUT0", "shape": []int{3}, "datatype": "FP32", "parameters": shmParams("ens_in", 64, 12)}},
+		"outputs": []map[string]any{
+			{"name": "SUM", "parameters": shmParams("ens_out", 0, 12)},
+			{"name": "SCALED", "parameters": shmParams("ens_out", 100, 12)},
+		},
+	})
+	r := httpDecodeInfer(t, code, http.Header{"Content-Type": {"application/json"}}, body)
+	for _, o := range r.Outputs {
+		if o.Data != nil {
+			t.Errorf("output %s came back in the body: %+v", o.Name, o)
+		}
+	}
+	if got := fmt.Sprint(f32le(out.mem[:12]), f32le(out.mem[100:112])); got != "[5 9 13] [2 4 6]" {
+		t.Fatalf("SUM and SCALED in the region: %s, want [5 9 13] [2 4 6]", got)
+	}
+	ensPoolsIdle(t, s, "ens_scale", "identity_fp32", "ens_offset", "ens_join")
+}
