@@ -234,6 +234,36 @@ func TestGenerate(t *testing.T) {
 			t.Fatalf("status %q, Content-Type %q", line, ctype)
 		}
 	})
+	t.Run("client disconnect cancels the request", func(t *testing.T) {
+		st := curlSSE(t, s, "/v2/models/token_gen/generate_stream", `{"text_input":"a b","max_tokens":500,"delay_ms":20}`)
+		for range 2 {
+			if _, ok := st.next(); !ok {
+				t.Fatal("the stream ended early")
+			}
+		}
+		st.kill()
+		// token_gen runs one request at a time: this one starts only
+		// once the abandoned one has stopped (500 tokens would take 10s).
+		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": "x", "max_tokens": 1})
+		if code != 200 {
+			t.Fatalf("generate after the disconnect: %d %s", code, body)
+		}
+		waitFor(t, 30*time.Second, "the model to log the cancellation", func() bool {
+			return strings.Contains(s.Log(), "token_gen: cancelled after")
+		})
+		if strings.Contains(s.Log(), "token_gen: finished 500 tokens") {
+			t.Fatalf("the model ran the abandoned request to its end:\n%s", s.Log())
+		}
+		waitFor(t, 30*time.Second, "no request in flight on token_gen", func() bool {
+			var ms []struct {
+				Stubs []struct {
+					InFlight int `json:"in_flight"`
+				} `json:"stubs"`
+			}
+			s.getJSON("/v2/models/token_gen/stubs", &ms)
+			return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 0
+		})
+	})
 	t.Run("generate", func(t *testing.T) {
 		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": "hello world", "max_tokens": 1, "id": "9"})
 		want := `{"id":"9","model_name":"token_gen","model_version":"1","text_output":"hello "}`
