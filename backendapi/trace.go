@@ -22,4 +22,18 @@ type Trace struct {
 	ComputeStart, ComputeOutputStart, ComputeEnd time.Time
 	// RequestEnd is when the backend finished with the request.
 	RequestEnd time.Time
+
+	// Set by the front end, read by the backend:
+
+	// Context is the trace context the model sees (request.trace() in
+	// Python, a JSON object such as {"traceparent": "..."}); a request the
+	// model makes with it (BLS) joins this trace.
+	Context string
+	// Child starts the trace of a request that the model serving this one
+	// makes with its trace context (BLS); computeStart is when this
+	// request's execute began. The backend calls the child's End once
+	// that request is over.
+	Child func(model string, version int64, computeStart time.Time) *Trace
+	// End, set on a child trace, completes it.
+	End func()
 }

@@ -195,9 +195,12 @@ func appendHead(b []byte, n int, k Kind, id uint64) []byte {
 }
 
 func appendRequest(b []byte, r *Request) ([]byte, error) {
-	if len(r.OutputTargets) > 0 {
+	switch {
+	case r.TraceContext != "":
+		b = appendArrayLen(b, 10)
+	case len(r.OutputTargets) > 0:
 		b = appendArrayLen(b, 9)
-	} else {
+	default:
 		b = appendArrayLen(b, 8)
 	}
 	b = appendString(appendUint(b, r.Handle), r.ID)
@@ -235,6 +238,11 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 			b = appendString(appendArrayLen(b, 4), o.Name)
 			b = appendUint(appendUint(appendUint(b, o.RegionID), o.Offset), o.Size)
 		}
+	} else if r.TraceContext != "" {
+		b = append(b, 0xc0) // nil: no output targets
+	}
+	if r.TraceContext != "" {
+		b = appendString(b, r.TraceContext)
 	}
 	return b, nil
 }
@@ -1131,13 +1139,21 @@ func (r *reader) request(q *Request) error {
 	if q.TimeoutMicros, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
-	if n >= 9 {
-		if q.OutputTargets, err = r.outputTargets(); err != nil {
-			return err
-		}
+	if n < 9 {
+		return r.skip(n - 8)
+	}
+	if q.OutputTargets, err = r.outputTargets(); err != nil {
+		return err
+	}
+	if n < 10 {
 		return r.skip(n - 9)
 	}
-	return r.skip(n - 8)
+	if !r.nil() {
+		if q.TraceContext, err = r.str(); err != nil {
+			return err
+		}
+	}
+	return r.skip(n - 10)
 }
 
 func (r *reader) outputTargets() ([]OutputTarget, error) {

@@ -177,6 +177,9 @@ type Request struct {
 	ParametersJSON   string
 	TimeoutMicros    uint64
 	OutputTargets    []OutputTarget
+	// TraceContext is the trace context of a traced request (Execute) or
+	// the one a BLS request was made with (InferExec); "" when untraced.
+	TraceContext string
 }
 
 // Error is [code, message]; code is a backendapi.Code.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -83,58 +84,105 @@ func (o *otelTracer) close() {
 	_ = o.tp.Shutdown(ctx)
 }
 
-// export turns a finished trace into spans.
-func (o *otelTracer) export(rt *reqTrace) {
-	ctx := context.Background()
-	if rt.parent != "" {
-		ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": rt.parent})
+// otelSpans are the spans of a trace that stay open while the request
+// runs: the model's span is the parent of its BLS requests' spans (under
+// the compute span, started when the first of them arrives).
+type otelSpans struct {
+	mu                   sync.Mutex
+	root, model, compute trace.Span
+	modelCtx, computeCtx context.Context
+}
+
+// begin opens the spans of a request being submitted (REQUEST_START is its
+// last stamp): under parent when it is a BLS request, else an
+// "InferRequest" span continuing the client's traceparent, if any. The
+// model span's context becomes the request's trace context.
+func (o *otelTracer) begin(rt *reqTrace, parent context.Context) {
+	s := &rt.otel
+	start := rt.stamps[len(rt.stamps)-1].t
+	ctx := parent
+	if ctx == nil {
+		ctx = context.Background()
+		if rt.parent != "" {
+			ctx = traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": rt.parent})
+		}
+		ctx, s.root = o.tr.Start(ctx, "InferRequest", trace.WithTimestamp(rt.stamps[0].t), trace.WithSpanKind(trace.SpanKindServer))
 	}
-	if len(rt.stamps) == 0 {
+	attrs := []attribute.KeyValue{attribute.String("triton.model_name", rt.model),
+		attribute.Int64("triton.model_version", rt.version), attribute.Int64("triton.trace_id", int64(rt.id)),
+		attribute.Int64("triton.trace_parent_id", int64(rt.parentID))}
+	if rt.requestID != "" {
+		attrs = append(attrs, attribute.String("triton.request_id", rt.requestID))
+	}
+	s.modelCtx, s.model = o.tr.Start(ctx, rt.model, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attrs...))
+	sc := s.model.SpanContext()
+	rt.bt.Context = `{"traceparent":"00-` + sc.TraceID().String() + "-" + sc.SpanID().String() + `-01"}`
+}
+
+// computeContext returns the context of the compute span, starting it at
+// start if it is not open yet.
+func (s *otelSpans) computeContext(o *otelTracer, start time.Time) context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.compute == nil && s.modelCtx != nil {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		s.computeCtx, s.compute = o.tr.Start(s.modelCtx, "compute", trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer))
+	}
+	if s.computeCtx == nil {
+		return s.modelCtx
+	}
+	return s.computeCtx
+}
+
+// export completes the spans of a finished trace: the queue span, the
+// compute span, the events, and the ends.
+func (o *otelTracer) export(rt *reqTrace) {
+	s := &rt.otel
+	if s.model == nil || len(rt.stamps) == 0 {
 		return
 	}
-	first, last := rt.stamps[0].t, rt.stamps[len(rt.stamps)-1].t
-	ctx, root := o.tr.Start(ctx, "InferRequest", trace.WithTimestamp(first), trace.WithSpanKind(trace.SpanKindServer))
-	at := func(name string) time.Time {
-		for _, s := range rt.stamps {
-			if s.name == name {
-				return s.t
-			}
-		}
-		return time.Time{}
-	}
-	start, end := at("REQUEST_START"), at("REQUEST_END")
-	modelAttrs := []attribute.KeyValue{attribute.String("triton.model_name", rt.model),
-		attribute.Int64("triton.model_version", rt.version), attribute.Int64("triton.trace_id", int64(rt.id)),
-		attribute.Int64("triton.trace_parent_id", 0)}
-	if rt.requestID != "" {
-		modelAttrs = append(modelAttrs, attribute.String("triton.request_id", rt.requestID))
-	}
-	mctx, model := o.tr.Start(ctx, rt.model, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(modelAttrs...))
 	bt := &rt.bt
 	if !bt.QueueStart.IsZero() && !bt.ComputeStart.IsZero() {
-		_, q := o.tr.Start(mctx, "queue", trace.WithTimestamp(bt.QueueStart))
+		_, q := o.tr.Start(s.modelCtx, "queue", trace.WithTimestamp(bt.QueueStart))
 		q.End(trace.WithTimestamp(bt.ComputeStart))
 	}
-	var compute trace.Span
 	if !bt.ComputeStart.IsZero() {
-		_, compute = o.tr.Start(mctx, "compute", trace.WithTimestamp(bt.ComputeStart), trace.WithSpanKind(trace.SpanKindServer))
+		s.computeContext(o, bt.ComputeStart)
 	}
-	for _, s := range rt.stamps {
-		span := root
-		switch s.name {
+	s.mu.Lock()
+	compute := s.compute
+	s.mu.Unlock()
+	end := time.Now()
+	for _, st := range rt.stamps {
+		span := s.root
+		switch st.name {
 		case "REQUEST_START", "QUEUE_START", "INFER_RESPONSE_COMPLETE", "REQUEST_END":
-			span = model
+			span = s.model
 		case "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END":
 			if compute != nil {
 				span = compute
 			}
 		}
-		span.AddEvent(s.name, trace.WithTimestamp(s.t))
+		if st.name == "REQUEST_END" {
+			end = st.t
+		}
+		if span == nil {
+			span = s.model
+		}
+		span.AddEvent(st.name, trace.WithTimestamp(st.t))
 	}
 	if compute != nil {
-		compute.End(trace.WithTimestamp(bt.ComputeEnd))
+		ce := bt.ComputeEnd
+		if ce.IsZero() {
+			ce = end
+		}
+		compute.End(trace.WithTimestamp(ce))
 	}
-	model.End(trace.WithTimestamp(end))
-	root.End(trace.WithTimestamp(last))
+	s.model.End(trace.WithTimestamp(end))
+	if s.root != nil {
+		s.root.End(trace.WithTimestamp(rt.stamps[len(rt.stamps)-1].t))
+	}
 }

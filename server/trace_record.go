@@ -35,6 +35,8 @@ type reqTrace struct {
 	bt        backendapi.Trace
 	stamps    []traceStamp
 	tensors   []byte // TENSORS records, each preceded by ','
+	parentID  uint64 // the trace of the request whose model made this one (BLS)
+	otel      otelSpans
 }
 
 func (rt *reqTrace) begin() { rt.stamps = make([]traceStamp, 0, 12) }
@@ -54,13 +56,19 @@ func (rt *reqTrace) submit(req *backendapi.InferRequest) {
 	}
 	rt.requestID = req.ID
 	req.Trace = &rt.bt
+	rt.bt.Child = rt.child
+	rt.stamp("REQUEST_START")
+	if rt.t.otel != nil {
+		rt.t.otel.begin(rt, nil)
+	} else {
+		rt.bt.Context = `{"triton_trace_id":"` + strconv.FormatUint(rt.id, 10) + `"}`
+	}
 	if rt.level&traceTensors != 0 {
 		for i := range req.Inputs {
 			in := &req.Inputs[i]
 			rt.tensor("TENSOR_QUEUE_INPUT", in.Name, in.DataType, in.Shape, in.Data)
 		}
 	}
-	rt.stamp("REQUEST_START")
 }
 
 // response stamps INFER_RESPONSE_COMPLETE and, at TENSORS level, records
@@ -147,6 +155,10 @@ func (rt *reqTrace) records() []byte {
 		b = append(b, `,"request_id":`...)
 		b = appendJSONString(b, rt.requestID)
 	}
+	if rt.parentID != 0 {
+		b = append(b, `,"parent_id":`...)
+		b = strconv.AppendUint(b, rt.parentID, 10)
+	}
 	b = append(b, '}')
 	for _, s := range rt.stamps {
 		b = append(b, `,{"id":`...)
@@ -158,6 +170,30 @@ func (rt *reqTrace) records() []byte {
 		b = append(b, "}]}"...)
 	}
 	return append(b, rt.tensors...)
+}
+
+// child starts the trace of a request the model serving rt makes with its
+// trace context (BLS): a trace of its own, with rt as its parent, in the
+// same file or under rt's compute span.
+func (rt *reqTrace) child(model string, version int64, computeStart time.Time) *backendapi.Trace {
+	t := rt.t
+	t.mu.Lock()
+	t.nextID++
+	c := &reqTrace{t: t, id: t.nextID, level: rt.level, freq: rt.freq, file: rt.file, model: model, version: version, parentID: rt.id}
+	t.mu.Unlock()
+	if c.version == 0 {
+		c.version = -1
+	}
+	c.begin()
+	c.stamp("REQUEST_START")
+	c.bt.Child = c.child
+	c.bt.End = c.end
+	if t.otel != nil {
+		t.otel.begin(c, rt.otel.computeContext(t.otel, computeStart))
+	} else {
+		c.bt.Context = `{"triton_trace_id":"` + strconv.FormatUint(c.id, 10) + `"}`
+	}
+	return &c.bt
 }
 
 // traceFiles collects the traces of each trace file and writes them: every

@@ -165,6 +165,11 @@ func (s *Supervisor) bls(p *stubProc, m *ipc.InferExecMsg) {
 		fail(err)
 		return
 	}
+	if m.Request.TraceContext != "" {
+		if req.Trace = p.childTrace(m, req.ModelVersion); req.Trace != nil && req.Trace.End != nil {
+			defer req.Trace.End()
+		}
+	}
 	sentFinal := false
 	pr, err := mv.submit(ctx, req, func(resp *backendapi.InferResponse, err error, final bool) {
 		r := ipc.Response{}
@@ -233,4 +238,23 @@ func (p *stubProc) blsResponse(resp *backendapi.InferResponse, r *ipc.Response) 
 		}
 		r.Outputs = append(r.Outputs, t)
 	}
+}
+
+// childTrace starts the trace of a BLS request made with the trace context
+// of a traced request this stub is executing (trace=request.trace()), or
+// returns nil when no such request is in flight here.
+func (p *stubProc) childTrace(m *ipc.InferExecMsg, version int64) *backendapi.Trace {
+	var parent *pending
+	p.mu.Lock()
+	for _, pr := range p.requests {
+		if tr := pr.req.Trace; tr != nil && tr.Context == m.Request.TraceContext {
+			parent = pr
+			break
+		}
+	}
+	p.mu.Unlock()
+	if parent == nil || parent.req.Trace.Child == nil {
+		return nil
+	}
+	return parent.req.Trace.Child(m.ModelName, version, parent.started)
 }

@@ -199,6 +199,9 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 		Inputs:        make([]ipc.Tensor, 0, len(req.Inputs)),
 		TimeoutMicros: uint64(req.Timeout / time.Microsecond),
 	}
+	if req.Trace != nil {
+		r.TraceContext = req.Trace.Context
+	}
 	if req.CorrelationID.IsText {
 		r.CorrelationID = req.CorrelationID.String
 	} else {

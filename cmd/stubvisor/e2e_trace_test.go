@@ -33,6 +33,7 @@ type traceRecord struct {
 	ModelName    string `json:"model_name"`
 	ModelVersion *int64 `json:"model_version"`
 	RequestID    string `json:"request_id"`
+	ParentID     uint64 `json:"parent_id"`
 	Timestamps   []struct {
 		Name string `json:"name"`
 		NS   int64  `json:"ns"`
@@ -86,7 +87,7 @@ func readTraceFile(t *testing.T, path string) map[uint64]*traceOf {
 func TestTraceTritonFile(t *testing.T) {
 	pythonOK(t)
 	file := filepath.Join(t.TempDir(), "trace.json")
-	s := startServer(t, copyRepo(t, "add_sub"), "--trace-config", "triton,file="+file,
+	s := startServer(t, copyRepo(t, "add_sub", "bls_trace"), "--trace-config", "triton,file="+file,
 		"--trace-config", "level=TIMESTAMPS", "--trace-config", "level=TENSORS", "--trace-config", "rate=1")
 
 	t.Run("settings", func(t *testing.T) {
@@ -140,6 +141,14 @@ func TestTraceTritonFile(t *testing.T) {
 			RawInputContents: [][]byte{le32f(1, 2, 3, 4), le32f(1, 1, 1, 1)}}); err != nil {
 			t.Fatal(err)
 		}
+		// A BLS model's call made with trace=request.trace() is a trace of
+		// its own whose parent is the BLS model's.
+		blsReq := httpAddSubJSON([]float32{1, 2, 3, 4}, []float32{1, 1, 1, 1})
+		blsReq["id"] = "traced-3"
+		code, body := s.httpInferJSON("bls_trace", blsReq)
+		if code != 200 || !strings.Contains(string(body), `triton_trace_id`) {
+			t.Fatalf("bls infer: %d %s", code, body)
+		}
 		// Tracing off for the model: the next request leaves no trace.
 		tr, err := c.TraceSetting(ctx, &pb.TraceSettingRequest{ModelName: "add_sub",
 			Settings: map[string]*pb.TraceSettingRequest_SettingValue{"trace_level": {Value: []string{"OFF"}}}})
@@ -153,8 +162,26 @@ func TestTraceTritonFile(t *testing.T) {
 
 	s.Stop() // the trace file is written at shutdown (log_frequency 0)
 	traces := readTraceFile(t, file)
-	if len(traces) != 2 {
-		t.Fatalf("%d traces in the file, want 2", len(traces))
+	if len(traces) != 4 {
+		t.Fatalf("%d traces in the file, want 4", len(traces))
+	}
+	var bls, child *traceOf
+	for _, x := range traces {
+		switch {
+		case x.header.ModelName == "bls_trace":
+			bls = x
+		case x.header.ParentID != 0:
+			child = x
+		}
+	}
+	if bls == nil || child == nil || child.header.ParentID != bls.header.ID || child.header.ModelName != "add_sub" {
+		t.Fatalf("BLS traces: parent %+v child %+v", bls, child)
+	}
+	if child.ns["REQUEST_START"] < bls.ns["COMPUTE_START"] || child.ns["REQUEST_END"] > bls.ns["COMPUTE_END"] {
+		t.Errorf("the BLS call's trace is not inside its caller's compute")
+	}
+	if _, ok := child.tensors["TENSOR_QUEUE_INPUT/INPUT0"]; ok {
+		t.Errorf("a BLS child trace has the front end's tensor records")
 	}
 	core := []string{"REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"}
 	for _, c := range []struct {
@@ -246,29 +273,50 @@ func startOTLPReceiver(t *testing.T) *otlpReceiver {
 	return rc
 }
 
-// collect waits for the four spans of a trace under the client's trace id.
-func (rc *otlpReceiver) collect(t *testing.T, traceID []byte) map[string]*tracepb.Span {
+// collect waits for n spans under the client's trace id.
+func (rc *otlpReceiver) collect(t *testing.T, traceID []byte, n int) []*tracepb.Span {
 	t.Helper()
-	got := map[string]*tracepb.Span{}
+	var got []*tracepb.Span
 	deadline := time.After(60 * time.Second)
-	for len(got) < 4 {
+	for len(got) < n {
 		select {
 		case sp := <-rc.spans:
 			if bytes.Equal(sp.TraceId, traceID) {
-				got[sp.Name] = sp
+				got = append(got, sp)
 			}
 		case <-deadline:
-			t.Fatalf("spans of trace %x within 60s: %v", traceID, got)
+			t.Fatalf("%d spans of trace %x within 60s, want %d: %v", len(got), traceID, len(got), n)
 		}
 	}
 	return got
+}
+
+// byName indexes the spans of a one-model trace by name.
+func byName(spans []*tracepb.Span) map[string]*tracepb.Span {
+	m := map[string]*tracepb.Span{}
+	for _, sp := range spans {
+		m[sp.Name] = sp
+	}
+	return m
+}
+
+// childOf finds the span named name whose parent is parent.
+func childOf(t *testing.T, spans []*tracepb.Span, name string, parent *tracepb.Span) *tracepb.Span {
+	t.Helper()
+	for _, sp := range spans {
+		if sp.Name == name && bytes.Equal(sp.ParentSpanId, parent.SpanId) {
+			return sp
+		}
+	}
+	t.Fatalf("no span %q under %q", name, parent.Name)
+	return nil
 }
 
 func TestTraceOpenTelemetry(t *testing.T) {
 	pythonOK(t)
 	rc := startOTLPReceiver(t)
 	// rate 0: only requests that carry a trace context are traced.
-	s := startServer(t, copyRepo(t, "add_sub"), "--trace-config", "mode=opentelemetry",
+	s := startServer(t, copyRepo(t, "add_sub", "bls_trace"), "--trace-config", "mode=opentelemetry",
 		"--trace-config", "opentelemetry,url="+rc.url, "--trace-config", "opentelemetry,bsp_schedule_delay=50",
 		"--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=0")
 	clientSpan, _ := hex.DecodeString("00f067aa0ba902b7")
@@ -310,7 +358,37 @@ func TestTraceOpenTelemetry(t *testing.T) {
 			t.Fatalf("infer: %d %s", code, resp)
 		}
 		id, _ := hex.DecodeString(traceHex)
-		check(t, traceHex, rc.collect(t, id))
+		check(t, traceHex, byName(rc.collect(t, id, 4)))
+	})
+	t.Run("bls call joins the trace", func(t *testing.T) {
+		const traceHex = "5bf92f3577b34da6a3ce929d0e0e4737"
+		body := httpMustJSON(t, httpAddSubJSON([]float32{1, 2, 3, 4}, []float32{1, 1, 1, 1}))
+		code, _, resp := s.do("POST", "/v2/models/bls_trace/infer", body, "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
+		if code != 200 {
+			t.Fatalf("infer: %d %s", code, resp)
+		}
+		id, _ := hex.DecodeString(traceHex)
+		spans := rc.collect(t, id, 7)
+		var root *tracepb.Span
+		for _, sp := range spans {
+			if sp.Name == "InferRequest" {
+				root = sp
+			}
+		}
+		if root == nil || !bytes.Equal(root.ParentSpanId, clientSpan) {
+			t.Fatalf("no InferRequest span under the client's: %v", spans)
+		}
+		bls := childOf(t, spans, "bls_trace", root)
+		childOf(t, spans, "queue", bls)
+		compute := childOf(t, spans, "compute", bls)
+		call := childOf(t, spans, "add_sub", compute)
+		childOf(t, spans, "queue", call)
+		childOf(t, spans, "compute", call)
+		// The model saw its span's context through request.trace().
+		want := `{"traceparent":"00-` + traceHex + "-" + hex.EncodeToString(bls.SpanId) + `-01"}`
+		if !strings.Contains(string(resp), strings.ReplaceAll(want, `"`, `\"`)) {
+			t.Fatalf("TRACE output lacks %s: %s", want, resp)
+		}
 	})
 	t.Run("grpc traceparent", func(t *testing.T) {
 		const traceHex = "0af7651916cd43dd8448eb211c80319c"
@@ -323,7 +401,7 @@ func TestTraceOpenTelemetry(t *testing.T) {
 			t.Fatal(err)
 		}
 		id, _ := hex.DecodeString(traceHex)
-		check(t, traceHex, rc.collect(t, id))
+		check(t, traceHex, byName(rc.collect(t, id, 4)))
 	})
 	t.Run("settings", func(t *testing.T) {
 		var g map[string]any

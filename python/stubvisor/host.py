@@ -653,7 +653,10 @@ class Host:
                 if t[3] == _CUDA:
                     on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
                     break
-            requests.append(new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7]))
+            request = new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7])
+            if len(w) > 9 and w[9]:
+                request._trace = pb.InferenceTrace(w[9])
+            requests.append(request)
         try:
             if on_device:
                 self._inputs_to_host(on_device)
@@ -796,6 +799,9 @@ class Host:
             return self._bls_response(call.queue.popleft())
         wire = [call_id, request._id, request._correlation_id, request._flags, inputs,
                 request._requested, request._params, request._timeout]
+        trace = getattr(request._trace, "_context", "")
+        if trace:
+            wire += [None, trace]  # no output targets, then the trace context
         call = _Call(self, call_id)
         with self._cond:
             self._calls[call_id] = call
