@@ -219,6 +219,39 @@ func (d *Duration) Observe(t time.Duration) { d.Count++; d.Total += t }
 // InferStats are the inference statistics of one model version.
 type InferStats struct {
 	Success, Fail, Queue, ComputeInput, ComputeInfer, ComputeOutput, CacheHit, CacheMiss Duration
+	// FailReasons counts the failed requests by Triton's failure reason
+	// (the reason label of nv_inference_request_failure); the counts add
+	// up to Fail.Count.
+	FailReasons [NumFailureReasons]uint64
+}
+
+// FailureReason is why a request failed, as Triton's metrics tell it.
+type FailureReason int
+
+// The failure reasons, in the order of InferStats.FailReasons.
+const (
+	// FailureRejected: refused by the scheduler (queue full, queue timeout).
+	FailureRejected FailureReason = iota
+	// FailureCanceled: cancelled by the client.
+	FailureCanceled
+	// FailureBackend: failed in the model (an error response, a stub death).
+	FailureBackend
+	// FailureOther: anything else.
+	FailureOther
+	NumFailureReasons
+)
+
+// String is the reason's label value: REJECTED, CANCELED, BACKEND, OTHER.
+func (r FailureReason) String() string {
+	switch r {
+	case FailureRejected:
+		return "REJECTED"
+	case FailureCanceled:
+		return "CANCELED"
+	case FailureBackend:
+		return "BACKEND"
+	}
+	return "OTHER"
 }
 
 // BatchStats are the statistics of executions of one batch size.

@@ -426,6 +426,7 @@ func sampleStats() []backendapi.ModelStatistics {
 		Inference: backendapi.InferStats{
 			Success:       backendapi.Duration{Count: 10, Total: 5 * time.Millisecond},
 			Fail:          backendapi.Duration{Count: 2, Total: 1 * time.Millisecond},
+			FailReasons:   [backendapi.NumFailureReasons]uint64{backendapi.FailureBackend: 1, backendapi.FailureRejected: 1},
 			Queue:         backendapi.Duration{Count: 10, Total: 300 * time.Microsecond},
 			ComputeInput:  backendapi.Duration{Count: 10, Total: 100 * time.Microsecond},
 			ComputeInfer:  backendapi.Duration{Count: 10, Total: 4 * time.Millisecond},

@@ -710,7 +710,10 @@ func TestMetrics(t *testing.T) {
 	text := string(r.body)
 	for _, line := range []string{
 		`nv_inference_request_success{model="add_sub",version="1"} 10`,
-		`nv_inference_request_failure{model="add_sub",version="1"} 2`,
+		`nv_inference_request_failure{model="add_sub",reason="BACKEND",version="1"} 1`,
+		`nv_inference_request_failure{model="add_sub",reason="REJECTED",version="1"} 1`,
+		`nv_inference_request_failure{model="add_sub",reason="CANCELED",version="1"} 0`,
+		`nv_inference_request_failure{model="add_sub",reason="OTHER",version="1"} 0`,
 		`nv_inference_count{model="add_sub",version="1"} 12`,
 		`nv_inference_exec_count{model="add_sub",version="1"} 7`,
 		`nv_inference_request_duration_us{model="add_sub",version="1"} 6000`,

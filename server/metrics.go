@@ -25,7 +25,7 @@ var (
 	descRequestSuccess = prometheus.NewDesc("nv_inference_request_success",
 		"Number of successful inference requests, all batch sizes", modelLabels, nil)
 	descRequestFailure = prometheus.NewDesc("nv_inference_request_failure",
-		"Number of failed inference requests, all batch sizes", modelLabels, nil)
+		"Number of failed inference requests, all batch sizes", []string{"model", "version", "reason"}, nil)
 	descInferenceCount = prometheus.NewDesc("nv_inference_count",
 		"Number of inferences performed (does not include cached requests)", modelLabels, nil)
 	descExecCount = prometheus.NewDesc("nv_inference_exec_count",
@@ -133,7 +133,9 @@ func collectStatistics(ch chan<- prometheus.Metric, stats []backendapi.ModelStat
 		}
 		in := &st.Inference
 		counter(descRequestSuccess, float64(in.Success.Count))
-		counter(descRequestFailure, float64(in.Fail.Count))
+		for r, n := range in.FailReasons {
+			ch <- prometheus.MustNewConstMetric(descRequestFailure, prometheus.CounterValue, float64(n), st.Name, st.Version, backendapi.FailureReason(r).String())
+		}
 		counter(descInferenceCount, float64(st.InferenceCount))
 		counter(descExecCount, float64(st.ExecutionCount))
 		counter(descRequestDuration, micros(in.Success.Total+in.Fail.Total))

@@ -3,7 +3,9 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -92,7 +94,9 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		if err != nil {
 			return nil, err
 		}
-		if _, err := os.Stat(mv.modelFile); err != nil {
+		if _, err := os.Stat(mv.modelFile); errors.Is(err, fs.ErrNotExist) {
+			return nil, errNoModelFile(mv.modelFile)
+		} else if err != nil {
 			return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s' version %d: %v", mv.name, version, err)
 		}
 	case modelconfig.KindGo:
@@ -230,7 +234,7 @@ func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err 
 		if started.IsZero() {
 			started = now
 		}
-		mv.stats.requestDone(err == nil, pr.batch, now.Sub(pr.queued), started.Sub(pr.queued), now.Sub(started))
+		mv.stats.requestDone(err, pr.batch, now.Sub(pr.queued), started.Sub(pr.queued), now.Sub(started))
 		mv.active.Done()
 	}
 }
@@ -366,4 +370,9 @@ func traceResponse(tr *backendapi.Trace, pr *pending, final bool) {
 		tr.ComputeEnd = now
 		tr.RequestEnd = now
 	}
+}
+
+// errNoModelFile is Triton's text for a Python model without its model.py.
+func errNoModelFile(path string) error {
+	return backendapi.Errorf(backendapi.Internal, "Failed to preinitialize Python stub: Python model file not found in '%s'", path)
 }

@@ -175,7 +175,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	if err != nil {
 		if errors.Is(err, ipc.ErrPeerDead) {
 			<-p.exited
-			return nil, fmt.Errorf("stub %s exited before the handshake (%s)%s", inst.name, p.cause, inst.mv.diagnose())
+			return nil, fmt.Errorf("Stub process '%s' is not healthy. It exited before the handshake (%s)%s", inst.name, p.cause, inst.mv.diagnose())
 		}
 		return nil, fmt.Errorf("stub %s: no handshake within %s: %w%s", inst.name, sup.opts.StubStartTimeout, err, inst.mv.diagnose())
 	}
@@ -249,11 +249,13 @@ func (p *stubProc) maybeUnmap() {
 	}
 }
 
-// deathError turns a transport error into a description of the death.
+// deathError turns a transport error into a description of the death,
+// starting with Triton's words for it (which its tests look for in the log
+// when a stub dies in initialize).
 func (p *stubProc) deathError(err error) error {
 	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, errStubExited) || errors.Is(err, ipc.ErrClosed) {
 		<-p.exited
-		return fmt.Errorf("stub %s exited: %s: %w", p.inst.name, p.cause, errStubExited)
+		return fmt.Errorf("Stub process '%s' is not healthy. It exited: %s (%w)", p.inst.name, p.cause, errStubExited)
 	}
 	return err
 }

@@ -350,6 +350,9 @@ func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir string) (*in
 	}
 	modelFile := filepath.Join(dir, strconv.FormatInt(versions[len(versions)-1], 10), file)
 	src, err := os.ReadFile(modelFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errNoModelFile(modelFile)
+	}
 	if err != nil {
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s': %v", cfg.GetName(), err)
 	}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,13 +22,14 @@ type stats struct {
 }
 
 // requestDone records one finished request.
-func (s *stats) requestDone(ok bool, batch int64, total, queue, compute time.Duration) {
+func (s *stats) requestDone(err error, batch int64, total, queue, compute time.Duration) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = now
-	if !ok {
+	if err != nil {
 		s.infer.Fail.Observe(total)
+		s.infer.FailReasons[failureReason(err)]++
 		return
 	}
 	s.inferenceCount += uint64(batch)
@@ -70,4 +72,17 @@ func (s *stats) snapshot(name, version string) backendapi.ModelStatistics {
 	}
 	sort.Slice(out.Batches, func(i, j int) bool { return out.Batches[i].BatchSize < out.Batches[j].BatchSize })
 	return out
+}
+
+// failureReason classifies a failed request for nv_inference_request_failure:
+// the scheduler's refusals are REJECTED, cancellations CANCELED, and every
+// other failure of a request that reached the model BACKEND.
+func failureReason(err error) backendapi.FailureReason {
+	switch {
+	case backendapi.CodeOf(err) == backendapi.Cancelled:
+		return backendapi.FailureCanceled
+	case strings.Contains(err.Error(), msgQueueFull), strings.Contains(err.Error(), msgTimeoutExpired):
+		return backendapi.FailureRejected
+	}
+	return backendapi.FailureBackend
 }

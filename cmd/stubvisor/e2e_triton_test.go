@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,4 +300,98 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 	if code, _, _ := s.do("GET", "/v2/health/live", nil); code != 200 {
 		t.Fatal("server not live after a refused load")
 	}
+}
+
+// TestTritonEnvWithoutMsgpack serves a model whose EXECUTION_ENV_PATH
+// interpreter cannot import msgpack (a conda-pack environment built for
+// Triton has numpy and no msgpack): the stub starts on its own codec.
+func TestTritonEnvWithoutMsgpack(t *testing.T) {
+	pythonOK(t)
+	blocker, err := filepath.Abs(filepath.Join("..", "..", "python", "tests", "nomsgpack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := filepath.Join(t.TempDir(), "triton_env")
+	if err := os.MkdirAll(filepath.Join(env, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\nPYTHONPATH=\"$PYTHONPATH:" + blocker + "\" exec /usr/bin/python3 \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(env, "bin", "python3"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(env, "bin", "python3"), "-c", "import msgpack").CombinedOutput(); err == nil {
+		t.Fatalf("the environment still imports msgpack: %s", out)
+	}
+	repo := copyRepo(t, "e2e_echo")
+	cfg, err := os.ReadFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = append(cfg, []byte(fmt.Sprintf("\nparameters { key: \"EXECUTION_ENV_PATH\" value { string_value: %q } }\n", env))...)
+	if err := os.WriteFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, repo)
+	code, _, b := s.do("POST", "/v2/models/e2e_echo/infer", []byte(`{"parameters":{"tag":"x"},"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]}]}`))
+	if code != 200 || !strings.Contains(string(b), `"data":[1.0,2.0,3.0]`) && !strings.Contains(string(b), `"data":[1,2,3]`) || !strings.Contains(string(b), `"tag":"x"`) {
+		t.Fatalf("infer through the msgpack-less stub: %d %s", code, b)
+	}
+}
+
+// TestTritonLifecycleTexts checks the log texts Triton's lifecycle tests
+// look for (a model without model.py, a stub killed in initialize) and the
+// reason label of nv_inference_request_failure.
+func TestTritonLifecycleTexts(t *testing.T) {
+	pythonOK(t)
+	repo := copyRepo(t, "execute_raises")
+	httpWriteModel(t, repo, "non_existent_model", httpFP32Config("non_existent_model", ""), nil)
+	httpWriteModel(t, repo, "init_exit", httpFP32Config("init_exit", "instance_group [{ kind: KIND_CPU }]"), map[string]string{"model.py": `import os
+import signal
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def execute(self, requests):
+        pass
+`})
+	s := startServer(t, repo, "--disable-auto-complete-config")
+	log := s.Log()
+	for _, want := range []string{
+		"Failed to preinitialize Python stub: Python model file not found in '" + filepath.Join(repo, "non_existent_model", "1", "model.py") + "'",
+		"failed to load 'non_existent_model'",
+		"Stub process 'init_exit_0_0' is not healthy.",
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	body := []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}`)
+	for range 2 {
+		if code, _, b := s.do("POST", "/v2/models/execute_raises/infer", body); code == 200 {
+			t.Fatalf("execute_raises answered 200: %s", b)
+		}
+	}
+	metrics, err := httpGet(s.Metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`nv_inference_request_failure{model="execute_raises",reason="BACKEND",version="1"} 2`,
+		`nv_inference_request_failure{model="execute_raises",reason="REJECTED",version="1"} 0`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func httpGet(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
 }
