@@ -51,6 +51,7 @@ test-race:
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python
+	PYTHONPATH=python/tests/nomsgpack $(PYTHON) -m unittest discover -s python/tests -t python
 
 proto:
 	./backendapi/proto/generate.sh

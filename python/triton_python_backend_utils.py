@@ -689,6 +689,8 @@ class Tensor:
     def __init__(self, name, numpy_array):
         if type(name) is not str:
             raise TypeError("Tensor(): name must be a str, got " + str(type(name)))
+        if numpy_array is None:
+            raise TypeError("Tensor(): numpy_array must be a numpy array, got None")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = numpy_array
@@ -874,19 +876,29 @@ _DEFAULT_TRACE = InferenceTrace()
 _MISSING = object()
 
 
+# _NO_OUTPUTS is InferenceResponse's default for output_tensors, so that an
+# explicit None is told apart and refused as in Triton.
+_NO_OUTPUTS = ()
+
+
 class InferenceResponse:
     """A response: output tensors, or an error; optional parameters."""
 
     __slots__ = ("_outputs", "_error", "_params", "_release", "__weakref__")
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
-        if output_tensors is None:
+    def __init__(self, output_tensors=_NO_OUTPUTS, error=None, parameters=None):
+        if output_tensors is _NO_OUTPUTS:
             output_tensors = []
+        elif output_tensors is None:
+            raise TypeError("InferenceResponse(): output_tensors must be a list of Tensor, got None")
         elif not isinstance(output_tensors, list):
             if not isinstance(output_tensors, tuple):
                 raise TypeError("InferenceResponse(): output_tensors must be a list of Tensor")
             output_tensors = list(output_tensors)
         for t in output_tensors:
+            if t is None:
+                # Triton's text for a None in the list.
+                raise TritonModelException("Tensor is None")
             if not isinstance(t, Tensor):
                 raise TypeError("InferenceResponse(): output_tensors must be a list of Tensor, found " + str(type(t)))
         if error is not None and not isinstance(error, TritonError):
@@ -1198,25 +1210,36 @@ class Logger:
     ERROR = LogLevel.ERROR
     VERBOSE = LogLevel.VERBOSE
 
+    # As in Triton, the message must be a str and the level a LogLevel (not
+    # a plain int, nor None): anything else is a TypeError.
+
     @staticmethod
     def log(message, level=LogLevel.INFO):
-        _log(Logger.LogLevel(level), message, sys._getframe(1))
+        if not isinstance(level, Logger.LogLevel):
+            raise TypeError("log(): level must be a pb_utils.Logger.LogLevel, got " + str(type(level)))
+        _log(level, _log_message(message), sys._getframe(1))
 
     @staticmethod
     def log_info(message):
-        _log(Logger.LogLevel.INFO, message, sys._getframe(1))
+        _log(Logger.LogLevel.INFO, _log_message(message), sys._getframe(1))
 
     @staticmethod
     def log_warn(message):
-        _log(Logger.LogLevel.WARNING, message, sys._getframe(1))
+        _log(Logger.LogLevel.WARNING, _log_message(message), sys._getframe(1))
 
     @staticmethod
     def log_error(message):
-        _log(Logger.LogLevel.ERROR, message, sys._getframe(1))
+        _log(Logger.LogLevel.ERROR, _log_message(message), sys._getframe(1))
 
     @staticmethod
     def log_verbose(message):
-        _log(Logger.LogLevel.VERBOSE, message, sys._getframe(1))
+        _log(Logger.LogLevel.VERBOSE, _log_message(message), sys._getframe(1))
+
+
+def _log_message(message):
+    if not isinstance(message, str):
+        raise TypeError("log(): message must be a str, got " + str(type(message)))
+    return message
 
 
 _LEVEL_NAMES = ("INFO", "WARNING", "ERROR", "VERBOSE")

@@ -26,7 +26,12 @@ import struct
 import threading
 import time
 
-import msgpack
+try:
+    import msgpack
+except ImportError:
+    # A Python environment built for Triton (conda-pack) has numpy but
+    # not msgpack; the stub then speaks through its own small codec.
+    from . import minimsgpack as msgpack
 
 PROTOCOL_VERSION = 1
 MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian

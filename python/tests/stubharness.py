@@ -55,7 +55,10 @@ class Stub:
         self.sup = ipc.Channel._create(ring_bytes=ring_bytes, arena_max=arena_max,
                                        arena_default=1 << 20, arena_growth=1 << 20)
         fd = self.sup.fd
-        env = dict(os.environ, PYTHONPATH=PYTHON_DIR, STUBVISOR_INSTANCE=instance)
+        # Entries already on PYTHONPATH stay after the stub's own (the run
+        # that hides msgpack puts its blocker there).
+        path = os.pathsep.join(p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, PYTHONPATH=path, STUBVISOR_INSTANCE=instance)
         # The region goes to fd 3 of the child, as the supervisor's ExtraFiles
         # put it. close_fds would run after preexec_fn and close it again, so
         # it stays off: every other fd of this process is close-on-exec.

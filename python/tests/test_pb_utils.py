@@ -483,3 +483,42 @@ class MetricsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ArgumentValidationTest(unittest.TestCase):
+    """The exception types Triton's pb_utils raises for bad arguments
+    (python_backend's argument_validation test)."""
+
+    def test_inference_response(self):
+        with self.assertRaises(pb.TritonModelException):
+            pb.InferenceResponse(output_tensors=[None])
+        with self.assertRaises(TypeError):
+            pb.InferenceResponse(output_tensors=None)
+        pb.InferenceResponse(output_tensors=[])
+        pb.InferenceResponse([pb.Tensor("OUTPUT0", np.asarray([1, 2], dtype=np.int32))])
+        self.assertEqual(pb.InferenceResponse(error=pb.TritonError("e")).output_tensors(), [])
+
+    def test_tensor(self):
+        arr = np.asarray([1, 2], dtype=np.int32)
+        with self.assertRaises(TypeError):
+            pb.Tensor(None, arr)
+        with self.assertRaises(TypeError):
+            pb.Tensor("OUTPUT0", None)
+        with self.assertRaises(TypeError):
+            pb.Tensor("", None)
+        with self.assertRaises(pb.TritonModelException):
+            pb.Tensor.from_dlpack("OUTPUT0", None)
+        with self.assertRaises(pb.TritonModelException):
+            pb.Tensor.from_dlpack("", None)
+
+    def test_logger(self):
+        logger = pb.Logger
+        with self.assertRaises(TypeError):
+            logger.log("Invalid Level", None)
+        with self.assertRaises(TypeError):
+            logger.log("Invalid Level", 1)
+        for f in (logger.log_info, logger.log_warn, logger.log_error, logger.log_verbose):
+            with self.assertRaises(TypeError):
+                f(None)
+        logger.log("Level unspecified")
+        logger.log("explicit level", pb.Logger.LogLevel.WARNING)
