@@ -35,15 +35,23 @@ func readLabels(cfg *inferencepb.ModelConfig, dir string) (map[string][]string, 
 	return labels, nil
 }
 
+// maxClassificationElements bounds the outputs classified (Triton's
+// kMaxClassificationElements), so a huge output cannot cost unbounded
+// sorting and memory.
+const maxClassificationElements = 1_000_000
+
 // classify turns a numeric output into the classification extension's
 // form: for each batch element, the top k values as BYTES elements
 // "<value>:<index>[:<label>]", highest first.
 func classify(out backendapi.OutputTensor, k uint32, batched bool, labels []string) (backendapi.OutputTensor, error) {
 	size := out.DataType.Size()
 	if out.DataType == backendapi.TypeBytes || out.DataType == backendapi.TypeBool || size == 0 {
-		return out, backendapi.Errorf(backendapi.InvalidArg, "class result not available for output '%s' due to unsupported type '%s'", out.Name, out.DataType)
+		return out, backendapi.Errorf(backendapi.InvalidArg, "class result not available for output due to unsupported type '%s'", out.DataType)
 	}
 	n := len(out.Data) / size
+	if n > maxClassificationElements {
+		return out, backendapi.Errorf(backendapi.InvalidArg, "classification output tensor too large")
+	}
 	rows := 1
 	if batched && len(out.Shape) > 0 {
 		rows = int(out.Shape[0])

@@ -395,3 +395,39 @@ func httpGet(url string) ([]byte, error) {
 	defer resp.Body.Close()
 	return io.ReadAll(resp.Body)
 }
+
+// TestTritonClassification covers L0_parameters' class_count cases: top
+// classes of an FP32 output, a BYTES output refused, and an output over a
+// million elements refused, over HTTP and gRPC.
+func TestTritonClassification(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	tritonWriteIdentity(t, repo, "identity_fp32", 8, "TYPE_FP32", "[ -1 ]", 1)
+	tritonWriteIdentity(t, repo, "identity_bytes", 8, "TYPE_STRING", "[ -1 ]", 1)
+	s := startServer(t, repo)
+	infer := func(model, dtype string, n int, data string) (int, string) {
+		body := fmt.Sprintf(`{"inputs":[{"name":"INPUT0","shape":[1,%d],"datatype":%q,"data":%s}],"outputs":[{"name":"OUTPUT0","parameters":{"classification":5}}]}`, n, dtype, data)
+		code, _, b := s.do("POST", "/v2/models/"+model+"/infer", []byte(body))
+		return code, string(b)
+	}
+	ones := "[" + strings.TrimSuffix(strings.Repeat("1,", 8), ",") + "]"
+	if code, b := infer("identity_fp32", "FP32", 8, ones); code != 200 || !strings.Contains(b, `"shape":[1,5]`) || !strings.Contains(b, `"1.000000:0"`) {
+		t.Fatalf("classification: %d %s", code, b)
+	}
+	if code, b := infer("identity_bytes", "BYTES", 2, `["a","b"]`); code != 400 || !strings.Contains(b, "class result not available for output due to unsupported type 'BYTES'") {
+		t.Fatalf("BYTES classification: %d %s", code, b)
+	}
+	const big = 1_000_001
+	_, client := grpcClient(t, s)
+	resp, err := client.ModelInfer(callCtx(t), &pb.ModelInferRequest{
+		ModelName:        "identity_fp32",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1, big}}},
+		RawInputContents: [][]byte{make([]byte, 4*big)},
+		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT0",
+			Parameters: map[string]*pb.InferParameter{"classification": int64Param(5)}}},
+	})
+	if err == nil {
+		t.Fatalf("a classification of %d elements answered %v", big, resp.GetOutputs())
+	}
+	wantStatus(t, err, codes.InvalidArgument, "classification output tensor too large")
+}
