@@ -114,7 +114,7 @@ func (s *Supervisor) runEnsemble(ctx context.Context, mv *modelVersion, req *bac
 	r.plan()
 	resp, err := r.run()
 	d := time.Since(start)
-	mv.stats.requestDone(err == nil, batch, d, 0, d)
+	mv.stats.requestDone(err, batch, d, 0, d)
 	mv.stats.executionDone(batch, 0, d, 0)
 	return resp, err
 }
