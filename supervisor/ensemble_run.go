@@ -89,6 +89,9 @@ type ensRun struct {
 	mu     sync.Mutex
 	events []ensEvent
 	wake   chan struct{}
+
+	start time.Time
+	batch int64
 }
 
 // runEnsemble runs one request through an ensemble. For Infer (send nil)
@@ -107,16 +110,11 @@ func (s *Supervisor) runEnsemble(ctx context.Context, mv *modelVersion, req *bac
 	mv.active.Add(1)
 	mv.mu.RUnlock()
 	defer mv.active.Done()
-	start := time.Now()
-	r := &ensRun{s: s, mv: mv, req: req, send: send, vals: map[string]*ensVal{}, wake: make(chan struct{}, 1)}
+	r := &ensRun{s: s, mv: mv, req: req, send: send, vals: map[string]*ensVal{}, wake: make(chan struct{}, 1), start: time.Now(), batch: batch}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	r.plan()
-	resp, err := r.run()
-	d := time.Since(start)
-	mv.stats.requestDone(err, batch, d, 0, d)
-	mv.stats.executionDone(batch, 0, d, 0)
-	return resp, err
+	return r.run()
 }
 
 // plan picks the steps that lead to a requested output (all outputs when
@@ -420,6 +418,10 @@ func (r *ensRun) finish() (*backendapi.InferResponse, error) {
 		delete(r.vals, name)
 		v.src.drop()
 	}
+	// Counted before the caller hears of the end (see modelVersion.finish).
+	d := time.Since(r.start)
+	r.mv.stats.requestDone(err, r.batch, d, 0, d)
+	r.mv.stats.executionDone(r.batch, 0, d, 0)
 	if r.send == nil {
 		return out, err
 	}

@@ -285,6 +285,13 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
 		return
 	}
+	// The execution is counted before its responses go out, so a client
+	// (or an ensemble) reading statistics after its response sees it.
+	var size int64
+	for _, pr := range b.items {
+		size += pr.batch
+	}
+	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
 	for i := range m.Responses {
 		p.deliver(&m.Responses[i])
 	}
@@ -298,9 +305,7 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.mu.Unlock()
 	}
 	p.inst.executions.Add(1)
-	var size int64
 	for _, pr := range b.items {
-		size += pr.batch
 		p.mu.Lock()
 		pr.execDone = true
 		// A filler has no caller waiting for more: it ends here.
@@ -341,7 +346,6 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 			p.inst.mv.finish(pr, nil, err, true)
 		}
 	}
-	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
 }
 
 // msgRescheduleRefused is Triton's text for a request the model released

@@ -224,17 +224,22 @@ func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err 
 	if tr := pr.req.Trace; tr != nil {
 		traceResponse(tr, pr, final || pr.stream == nil)
 	}
-	taken, ended := pr.respond(resp, err, final)
-	if !taken {
-		resp.Release()
-	}
-	if ended {
+	// Statistics are recorded before the caller hears of the end, so a
+	// client (or an ensemble) that reads them after its response sees
+	// this request counted.
+	if pr.claimStats(err, final) {
 		now := time.Now()
 		started := pr.started
 		if started.IsZero() {
 			started = now
 		}
 		mv.stats.requestDone(err, pr.batch, now.Sub(pr.queued), started.Sub(pr.queued), now.Sub(started))
+	}
+	taken, ended := pr.respond(resp, err, final)
+	if !taken {
+		resp.Release()
+	}
+	if ended {
 		mv.active.Done()
 	}
 }

@@ -26,9 +26,11 @@ type pending struct {
 
 	mu    sync.Mutex
 	ended bool
-	done  chan struct{}
-	resp  *backendapi.InferResponse
-	err   error
+	// statsDone is set by the finish that records the statistics.
+	statsDone bool
+	done      chan struct{}
+	resp      *backendapi.InferResponse
+	err       error
 	// abandoned is set when the caller stopped waiting; a response that
 	// arrives later is released at once.
 	abandoned bool
@@ -105,6 +107,22 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 	p.resp, p.err = resp, err
 	close(p.done)
 	return true, true
+}
+
+// claimStats reports whether the response (err, final) about to be
+// delivered ends the request and nobody recorded its statistics yet; true
+// at most once per request.
+func (p *pending) claimStats(err error, final bool) bool {
+	if !final && !(p.stream == nil && err == nil) {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended || p.statsDone {
+		return false
+	}
+	p.statsDone = true
+	return true
 }
 
 // fail ends the request with err unless it already ended.
