@@ -138,22 +138,20 @@ const (
 // LocClient or LocCUDA, or the bytes when it is LocInline (readers accept
 // 6 or 7 elements).
 type Tensor struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Name     string
 	DataType uint8
 	Shape    []int64
 	Loc      uint8
 	Offset   uint64
 	Size     uint64
-	RegionID uint64 `msgpack:",omitempty"`
+	RegionID uint64
 	// Data holds a LocInline tensor's bytes (a copy, never the ring).
-	Data []byte `msgpack:",omitempty"`
+	Data []byte
 }
 
 // OutputTarget asks the stub to write an output straight into a client
 // region: [name, region_id, offset, byte_size].
 type OutputTarget struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Name     string
 	RegionID uint64
 	Offset   uint64
@@ -167,7 +165,6 @@ type OutputTarget struct {
 // asked for outputs in shared memory. Readers ignore trailing elements they
 // do not know.
 type Request struct {
-	_msgpack         struct{} `msgpack:",as_array"`
 	Handle           uint64
 	ID               string
 	CorrelationID    any // uint64 or string
@@ -184,15 +181,13 @@ type Request struct {
 
 // Error is [code, message]; code is a backendapi.Code.
 type Error struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Code     uint8
-	Message  string
+	Code    uint8
+	Message string
 }
 
 // Response is one response: [request_handle, flags, error, outputs,
 // parameters_json]. parameters_json is "" when the model set none.
 type Response struct {
-	_msgpack       struct{} `msgpack:",as_array"`
 	Handle         uint64
 	Flags          uint32
 	Error          *Error

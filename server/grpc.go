@@ -7,7 +7,6 @@ import (
 	"math"
 	"net"
 	"regexp"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -63,8 +62,6 @@ type GRPCServer struct {
 	tracer   *tracer
 	srv      *grpc.Server
 	health   *health.Server
-
-	stopOnce sync.Once
 }
 
 // NewGRPC returns a GRPCServer for backend; Serve starts it.

@@ -384,13 +384,6 @@ func (c *inferCall) readUintField(context string) (uint64, error) {
 	return v, nil
 }
 
-func (c *inferCall) readBoolField(context string) (bool, error) {
-	if c.sc.kind() != kindBool {
-		return false, fieldError(context, msgNotBool)
-	}
-	return c.sc.readBool()
-}
-
 // readShape appends the dims of a "shape" array to c.shapes.
 func (c *inferCall) readShape() error {
 	sc := &c.sc

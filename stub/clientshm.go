@@ -126,13 +126,6 @@ func (rs *regions) view(id, offset, size uint64) ([]byte, error) {
 	return r.data[offset : offset+size : offset+size], nil
 }
 
-// mapped returns the number of regions mapped now.
-func (rs *regions) mapped() int {
-	rs.mu.RLock()
-	defer rs.mu.RUnlock()
-	return len(rs.byID)
-}
-
 // errShmTarget is the error for an output that does not fit the place the
 // client gave it, in the supervisor's and the Python stub's words.
 func errShmTarget(name string, have, need uint64) error {

@@ -229,6 +229,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		envs[i], reqs[i] = env, mr
 	}
 	if !h.initialized {
+		//lint:ignore ST1005 the text mirrors Triton's Python backend, capital included
 		h.failBatch(m.BatchID, envs, fmt.Errorf("Go model '%s' is not initialized: %w", h.instance, ErrNotInitialized))
 		return
 	}
@@ -241,6 +242,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 	}
 	if h.decoupled {
 		if returned != nil {
+			//lint:ignore ST1005 the text mirrors Triton's Python backend, capital included
 			h.failBatch(m.BatchID, envs, fmt.Errorf("Go model '%s' is using the decoupled mode and Execute must return nil", h.instance))
 			return
 		}
@@ -248,6 +250,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		return
 	}
 	if len(returned) != len(reqs) {
+		//lint:ignore ST1005 the text mirrors Triton's Python backend, capital included
 		h.failBatch(m.BatchID, envs, fmt.Errorf("Number of responses does not match the number of requests. Request(s) size is:%d, and response(s) size is:%d", len(reqs), len(returned)))
 		return
 	}

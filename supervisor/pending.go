@@ -125,9 +125,6 @@ func (p *pending) claimStats(err error, final bool) bool {
 	return true
 }
 
-// fail ends the request with err unless it already ended.
-func (p *pending) fail(err error) { p.respond(nil, err, true) }
-
 // assign records the stub process the request is sent to. A request
 // cancelled before that is cancelled on the stub too: the stub keeps the
 // handle, so the Cancel may even arrive before the Execute.
