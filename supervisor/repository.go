@@ -96,7 +96,13 @@ func (s *Supervisor) LoadModel(_ context.Context, name string, opts backendapi.L
 	if len(opts.Files) > 0 && opts.ConfigJSON == "" {
 		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s', the model configuration must be provided when model files are provided", name)
 	}
-	return s.load(name, opts)
+	// The failure is logged as well as answered, as Triton does (its tests
+	// read the server log for it).
+	err := s.load(name, opts)
+	if err != nil {
+		s.log.Error("model failed to load", "model", name, "error", backendapi.MessageOf(err))
+	}
+	return err
 }
 
 // UnloadModel implements backendapi.Backend. Unloading an ensemble leaves
@@ -315,6 +321,9 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 	var err error
 	if overrideJSON != "" {
 		cfg, err = modelconfig.FromJSON([]byte(overrideJSON))
+		if err != nil {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid config override: %s", backendapi.MessageOf(err))
+		}
 	} else {
 		cfg, err = modelconfig.Read(dir)
 	}

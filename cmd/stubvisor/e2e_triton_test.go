@@ -300,6 +300,16 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 	if code, _, _ := s.do("GET", "/v2/health/live", nil); code != 200 {
 		t.Fatal("server not live after a refused load")
 	}
+	code, b = s.postJSON("/v2/repository/models/brand_new/load", map[string]any{"parameters": map[string]any{
+		"config":          `{"backend":"python","max_batch_size":"many"}`,
+		"file:1/model.py": base64.StdEncoding.EncodeToString(model),
+	}})
+	if code != 400 || !strings.Contains(string(b), "failed to load 'brand_new': Invalid config override: ") {
+		t.Fatalf("invalid config override: %d %s", code, b)
+	}
+	waitFor(t, 10*time.Second, "the log to say the config override was invalid", func() bool {
+		return strings.Contains(s.Log(), "Invalid config override")
+	})
 }
 
 // TestTritonEnvWithoutMsgpack serves a model whose EXECUTION_ENV_PATH
