@@ -111,14 +111,20 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	if err != nil {
 		return nil, err
 	}
+	// As in Triton, a KIND_GPU group runs count instances on each of its
+	// GPUs; other groups run count instances.
 	for _, group := range cfg.GetInstanceGroup() {
-		for i := range int(group.GetCount()) {
-			kind := strings.TrimPrefix(group.GetKind().String(), "KIND_")
-			device := 0
-			if gpus := group.GetGpus(); len(gpus) > 0 {
-				device = int(gpus[i%len(gpus)])
+		kind := strings.TrimPrefix(group.GetKind().String(), "KIND_")
+		devices := []int32{0}
+		if group.GetKind() == inferencepb.ModelInstanceGroup_KIND_GPU && len(group.GetGpus()) > 0 {
+			devices = group.GetGpus()
+		}
+		n := 0
+		for _, device := range devices {
+			for range int(group.GetCount()) {
+				mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), n), kind, int(device)))
+				n++
 			}
-			mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), i), kind, device))
 		}
 	}
 	return mv, nil

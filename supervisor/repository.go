@@ -339,7 +339,7 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 			return nil, err
 		}
 	}
-	modelconfig.Normalize(cfg, dir)
+	modelconfig.Normalize(cfg, dir, gpuOptions(cfg)...)
 	if err := modelconfig.Validate(cfg); err != nil {
 		return nil, err
 	}

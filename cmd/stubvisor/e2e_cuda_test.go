@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,5 +244,46 @@ func TestCUDASharedMemoryNoDriver(t *testing.T) {
 	want := "failed to register CUDA shared memory region: 'r', GPUs not supported"
 	if code != 400 || !strings.Contains(string(body), want) {
 		t.Fatalf("register: %d %s; want 400 %q", code, body, fmt.Sprint(want))
+	}
+}
+
+// TestKindGPUWithoutGPUList loads a KIND_GPU group that lists no gpus on a
+// machine whose CUDA driver reports two devices (the fake driver where there
+// is no GPU): as in Triton the group gets every device, with count
+// instances on each.
+func TestKindGPUWithoutGPUList(t *testing.T) {
+	pythonOK(t)
+	t.Setenv(cuda.EnvLibrary, cudatest.BuildFake(t))
+	t.Setenv("FAKECUDA_DEVICES", "2")
+	repo := copyRepo(t, "e2e_echo")
+	cfg := httpFP32Config("gpu_echo", "instance_group [{ kind: KIND_GPU }]")
+	src, err := os.ReadFile(filepath.Join(repo, "e2e_echo", "1", "model.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpWriteModel(t, repo, "gpu_echo", cfg, map[string]string{"model.py": string(src)})
+	s := startServer(t, repo)
+	var mc struct {
+		InstanceGroup []struct {
+			Kind string  `json:"kind"`
+			Gpus []int32 `json:"gpus"`
+		} `json:"instance_group"`
+	}
+	s.getJSON("/v2/models/gpu_echo/config", &mc)
+	if len(mc.InstanceGroup) != 1 || mc.InstanceGroup[0].Kind != "KIND_GPU" || !slices.Equal(mc.InstanceGroup[0].Gpus, []int32{0, 1}) {
+		t.Fatalf("instance_group %+v, want KIND_GPU on gpus [0 1]", mc.InstanceGroup)
+	}
+	var ms []struct {
+		Stubs []struct {
+			Instance string `json:"instance"`
+		} `json:"stubs"`
+	}
+	s.getJSON("/v2/models/gpu_echo/stubs", &ms)
+	if len(ms) != 1 || len(ms[0].Stubs) != 2 {
+		t.Fatalf("stubs %+v, want one instance on each of the two devices", ms)
+	}
+	code, _, b := s.do("POST", "/v2/models/gpu_echo/infer", []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[2]}]}`))
+	if code != 200 {
+		t.Fatalf("infer: %d %s", code, b)
 	}
 }
