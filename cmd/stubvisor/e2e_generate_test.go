@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -178,17 +179,18 @@ func TestGenerate(t *testing.T) {
 		}
 	})
 	t.Run("events arrive as the model sends them", func(t *testing.T) {
-		st := curlSSE(t, s, "/v2/models/token_gen/versions/1/generate_stream", `{"text_input":"a","max_tokens":3,"delay_ms":400}`)
+		// The model sends its second token only once the test has seen
+		// the first and created the gate file.
+		gate := filepath.Join(t.TempDir(), "gate")
+		st := curlSSE(t, s, "/v2/models/token_gen/versions/1/generate_stream", fmt.Sprintf(`{"text_input":"a","max_tokens":3,"wait_for":%q}`, gate))
 		if _, ok := st.next(); !ok {
 			t.Fatal("no first event")
 		}
-		select {
-		case <-st.exited:
-			t.Fatal("the first event came only with the end of the stream")
-		default:
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
 		}
-		if n := len(st.all()); n != 2 {
-			t.Fatalf("%d more events, want 2", n)
+		if toks := tokens(t, st.all()); len(toks) != 2 {
+			t.Fatalf("%d more tokens, want 2", len(toks))
 		}
 	})
 	t.Run("error mid-stream", func(t *testing.T) {

@@ -4,13 +4,16 @@ For each request the model streams max_tokens responses (a request
 parameter, default 16), each with text_output holding one "token": the
 words of text_input in turn, each followed by a space. delay_ms (default 0)
 waits between tokens. With fail_after=N it sends N tokens and then an error
-response as the final one. Before every token it checks is_cancelled(); a
+response as the final one. With wait_for=<path> it sends the first token
+and then waits until that file exists; after 30 s it ends the request with
+the error "token_gen: timed out waiting for <path>". Before every token it checks is_cancelled(); a
 cancelled request stops there, is closed with the final flag and logged as
 "token_gen: cancelled after N tokens". Requests run one after another, so a
 request that follows a cancelled one starts only when that one has stopped.
 """
 
 import json
+import os
 import time
 
 import numpy as np
@@ -32,6 +35,7 @@ class TritonPythonModel:
         max_tokens = int(params.get("max_tokens", 16))
         delay = float(params.get("delay_ms", 0)) / 1000.0
         fail_after = int(params.get("fail_after", -1))
+        wait_for = params.get("wait_for")
         prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
         text = prompt.reshape(-1)[0]
         if isinstance(text, bytes):
@@ -48,6 +52,14 @@ class TritonPythonModel:
                 return
             if delay and i > 0:
                 time.sleep(delay)
+            if wait_for and i == 1:
+                deadline = time.monotonic() + 30
+                while not os.path.exists(wait_for):
+                    if time.monotonic() > deadline:
+                        err = pb_utils.TritonError("token_gen: timed out waiting for " + wait_for)
+                        sender.send(pb_utils.InferenceResponse(error=err), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                        return
+                    time.sleep(0.01)
             token = np.array([(words[i % len(words)] + " ").encode("utf-8")], dtype=np.object_)
             sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", token)]))
         self.logger.log_info("token_gen: finished {} tokens".format(max_tokens))
