@@ -175,6 +175,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	if err != nil {
 		if errors.Is(err, ipc.ErrPeerDead) {
 			<-p.exited
+			//lint:ignore ST1005 Triton's text, which its tests look for
 			return nil, fmt.Errorf("Stub process '%s' is not healthy. It exited before the handshake (%s)%s", inst.name, p.cause, inst.mv.diagnose())
 		}
 		return nil, fmt.Errorf("stub %s: no handshake within %s: %w%s", inst.name, sup.opts.StubStartTimeout, err, inst.mv.diagnose())
@@ -255,6 +256,7 @@ func (p *stubProc) maybeUnmap() {
 func (p *stubProc) deathError(err error) error {
 	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, errStubExited) || errors.Is(err, ipc.ErrClosed) {
 		<-p.exited
+		//lint:ignore ST1005 Triton's text, which its tests look for
 		return fmt.Errorf("Stub process '%s' is not healthy. It exited: %s (%w)", p.inst.name, p.cause, errStubExited)
 	}
 	return err
