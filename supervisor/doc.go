@@ -19,6 +19,7 @@
 //
 //	scheduler.go    the scheduler interface, newScheduler, the default scheduler
 //	batcher.go      the dynamic batcher; sequence.go: the sequence batcher
+//	seqcontrol.go   a sequence's key and the control inputs it adds (START, END, READY, CORRID)
 //	pending.go      pending: one request until its final response; batch
 //	instance.go     instance: a slot that always wants a live stub (restarts)
 //	process.go      stubProc: one stub process's life (spawn, reap, kill, watch, stop)
