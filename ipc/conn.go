@@ -1,11 +1,9 @@
 package ipc
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,36 +65,6 @@ func DefaultSettings() Settings {
 		RingBytes: defaultRingBytes,
 		Spin:      defaultSpin,
 	}
-}
-
-// ring is one direction's SPSC ring as seen from one side.
-type ring struct {
-	tail, head                     *uint64
-	tailFutex, headFutex           *uint32 // the low halves of tail and head
-	readerSleeping, writerSleeping *uint32
-	data                           []byte
-	size                           uint64
-}
-
-func newRing(r *shmpool.Region, off uint64, size uint32) (ring, error) {
-	data, err := r.Slice(off+RingIndexBytes, uint64(size))
-	if err != nil {
-		return ring{}, err
-	}
-	return ring{
-		tail:           r.Uint64(off + RingTail),
-		head:           r.Uint64(off + RingHead),
-		tailFutex:      r.Uint32(off + RingTail),
-		headFutex:      r.Uint32(off + RingHead),
-		readerSleeping: r.Uint32(off + RingReaderSleeping),
-		writerSleeping: r.Uint32(off + RingWriterSleeping),
-		data:           data,
-		size:           uint64(size),
-	}, nil
-}
-
-func (r *ring) depth() int {
-	return int(atomic.LoadUint64(r.tail) - atomic.LoadUint64(r.head))
 }
 
 const (
@@ -285,55 +253,6 @@ func (c *Conn) Send(m Message) error {
 	return c.push(b)
 }
 
-// push writes one frame; c.sendMu is held.
-func (c *Conn) push(b []byte) error {
-	if len(b) > c.maxFrame {
-		return fmt.Errorf("ipc: send: %d-byte message, the ring takes %d: %w", len(b), c.maxFrame, ErrFrameTooLarge)
-	}
-	r := &c.out
-	need := frameBytes(len(b))
-	tail := atomic.LoadUint64(r.tail)
-	pos := tail & (r.size - 1)
-	room := r.size - pos
-	total := need
-	if room < need {
-		total = room + need
-	}
-	for {
-		head := atomic.LoadUint64(r.head)
-		used := tail - head
-		if used > r.size {
-			return fmt.Errorf("ipc: send: ring indices head %d tail %d: %w", head, tail, ErrProtocol)
-		}
-		if r.size-used >= total {
-			break
-		}
-		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}, c.spin); err != nil {
-			return fmt.Errorf("ipc: send: %w", err)
-		}
-	}
-	le := binary.LittleEndian
-	if room < need {
-		le.PutUint32(r.data[pos:], WrapMarker)
-		tail += room
-		pos = 0
-	}
-	le.PutUint32(r.data[pos:], uint32(len(b)))
-	copy(r.data[pos+FrameHeaderBytes:], b)
-	// The store is sequentially consistent (a full fence), so the load of
-	// reader_sleeping below cannot move before it: either the reader sees
-	// the new tail before it sleeps, or we see its flag and wake it.
-	atomic.StoreUint64(r.tail, tail+need)
-	if atomic.LoadUint32(r.readerSleeping) != 0 {
-		futexWakeAll(r.tailFutex)
-	}
-	return nil
-}
-
-func frameBytes(n int) uint64 {
-	return (uint64(n) + FrameHeaderBytes + FrameAlign - 1) &^ (FrameAlign - 1)
-}
-
 // Recv returns the next message. It waits until deadline (a zero deadline
 // waits without limit), returning ErrTimeout, ErrPeerDead or ErrClosed when
 // no message comes. A frame that does not decode is consumed and reported
@@ -361,115 +280,6 @@ func (c *Conn) RecvSpin(deadline time.Time, spin time.Duration) (Message, error)
 		return nil, err
 	}
 	return m, nil
-}
-
-// pop hands the next frame's payload to use, in place in the ring, then
-// consumes the frame; c.recvMu is held.
-func (c *Conn) pop(deadline time.Time, spin time.Duration, use func([]byte) error) error {
-	r := &c.in
-	le := binary.LittleEndian
-	head := atomic.LoadUint64(r.head)
-	for {
-		tail := atomic.LoadUint64(r.tail)
-		if tail == head {
-			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline, spin); err != nil {
-				return fmt.Errorf("ipc: recv: %w", err)
-			}
-			continue
-		}
-		avail := tail - head
-		if avail > r.size {
-			return fmt.Errorf("ipc: recv: ring indices head %d tail %d: %w", head, tail, ErrProtocol)
-		}
-		pos := head & (r.size - 1)
-		n := le.Uint32(r.data[pos:])
-		if n == WrapMarker {
-			if skip := r.size - pos; skip <= avail {
-				head += skip
-				c.consumed(r, head)
-				continue
-			}
-			return fmt.Errorf("ipc: recv: wrap marker at %d with %d bytes queued: %w", pos, avail, ErrProtocol)
-		}
-		if int64(n) > int64(c.maxFrame) || pos+FrameHeaderBytes+uint64(n) > r.size || frameBytes(int(n)) > avail {
-			return fmt.Errorf("ipc: recv: frame of %d bytes at %d with %d bytes queued: %w", n, pos, avail, ErrProtocol)
-		}
-		err := use(r.data[pos+FrameHeaderBytes : pos+FrameHeaderBytes+uint64(n)])
-		c.consumed(r, head+frameBytes(int(n)))
-		return err
-	}
-}
-
-// consumed publishes a new head and wakes a writer waiting for room.
-func (c *Conn) consumed(r *ring, head uint64) {
-	atomic.StoreUint64(r.head, head)
-	if atomic.LoadUint32(r.writerSleeping) != 0 {
-		futexWakeAll(r.headFutex)
-	}
-}
-
-// waitChange waits until *word != old: it polls for the spin time, then
-// sleeps on the futex in slices of at most waitSlice, announcing the sleep
-// in flag first (the Dekker handshake the producer completes). Between
-// slices it checks for death and Close, so it returns within a slice of
-// either.
-func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, spin time.Duration) error {
-	hasDeadline := !deadline.IsZero()
-	if spin > 0 {
-		start := time.Now()
-		until := start.Add(spin)
-		if hasDeadline && deadline.Before(until) {
-			until = deadline
-		}
-		nextYield := start.Add(yieldEvery)
-		for i := 1; ; i++ {
-			if atomic.LoadUint64(word) != old {
-				return nil
-			}
-			if i%32 == 0 {
-				now := time.Now()
-				if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
-					break
-				}
-				// Now and then give the CPU to the peer in case it waits
-				// for this one: on a small machine both processes may
-				// share a core, and spinning there would only delay the
-				// answer. Not on every round: a yield costs about a
-				// microsecond, and the answer usually comes sooner.
-				if now.After(nextYield) {
-					runtime.Gosched() // and to this process's other goroutines
-					osYield()
-					nextYield = now.Add(yieldEvery)
-				}
-			}
-		}
-	}
-	for {
-		if err := c.alive(); err != nil {
-			return err
-		}
-		slice := waitSlice
-		if hasDeadline {
-			rem := time.Until(deadline)
-			if rem <= 0 {
-				if atomic.LoadUint64(word) != old {
-					return nil
-				}
-				return ErrTimeout
-			}
-			slice = min(slice, rem)
-		}
-		atomic.StoreUint32(flag, 1)
-		if atomic.LoadUint64(word) != old {
-			atomic.StoreUint32(flag, 0)
-			return nil
-		}
-		futexWaitOn(fword, uint32(old), slice)
-		atomic.StoreUint32(flag, 0)
-		if atomic.LoadUint64(word) != old {
-			return nil
-		}
-	}
 }
 
 // alive reports ErrClosed or ErrPeerDead when waiting is pointless.
