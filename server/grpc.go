@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"regexp"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -38,6 +39,13 @@ type GRPCOptions struct {
 	// HTTP, when set, is the HTTP front end of the same process: the two
 	// then share one set of log settings, as Triton's front ends do.
 	HTTP *Server
+	// MaxMessageSize is the largest request or response message
+	// (default MaxGRPCMessageSize).
+	MaxMessageSize int
+	// BodyTimeout bounds how long the request message of a unary RPC may
+	// take to arrive after its headers: the timeout plus the largest
+	// message at 8 MiB/s (default DefaultBodyTimeout).
+	BodyTimeout time.Duration
 	// ServerOptions are appended to the grpc.Server options (tests and
 	// benchmarks use them for interceptors).
 	ServerOptions []grpc.ServerOption
@@ -85,6 +93,12 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 	if err != nil {
 		return nil, err
 	}
+	if opts.MaxMessageSize <= 0 {
+		opts.MaxMessageSize = MaxGRPCMessageSize
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
 	g := &GRPCServer{
 		forward: forward,
 		backend: backend,
@@ -105,9 +119,13 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 			return nil, fmt.Errorf("server: new grpc: %w", err)
 		}
 	}
+	stall := newGRPCStall(grpcBodyBound(opts.BodyTimeout, opts.MaxMessageSize),
+		&pb.GRPCInferenceService_ServiceDesc, &healthpb.Health_ServiceDesc)
 	sopts := append([]grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxGRPCMessageSize),
-		grpc.MaxSendMsgSize(MaxGRPCMessageSize),
+		grpc.MaxRecvMsgSize(opts.MaxMessageSize),
+		grpc.MaxSendMsgSize(opts.MaxMessageSize),
+		grpc.InTapHandle(stall.tap),
+		grpc.ChainUnaryInterceptor(stall.intercept),
 		// Reused stream goroutines keep the stacks an infer call grows;
 		// a fresh goroutine per RPC spent ~6% of the server's CPU copying
 		// its stack as it grew. Beyond these, grpc-go starts goroutines.

@@ -60,8 +60,12 @@ type Options struct {
 	// pass the root logger of the process. Nil discards logs.
 	Logger hclog.Logger
 	// ReadHeaderTimeout bounds how long a client may take to send request
-	// headers (default 30s); there is no limit on bodies or on inference.
+	// headers (default 30s); there is no limit on inference.
 	ReadHeaderTimeout time.Duration
+	// BodyTimeout is how long a client may pause while sending a request
+	// body (default DefaultBodyTimeout): a stalled body ends the
+	// connection, however large the body, as long as it keeps coming.
+	BodyTimeout time.Duration
 	// BackendTimeout bounds the backend calls made at scrape time by the
 	// metrics handler (default 5s).
 	BackendTimeout time.Duration
@@ -91,6 +95,7 @@ type Server struct {
 	api       http.Handler
 	metrics   http.Handler
 	headerTTL time.Duration
+	bodyTTL   time.Duration
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -116,6 +121,9 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	}
 	if opts.ReadHeaderTimeout <= 0 {
 		opts.ReadHeaderTimeout = 30 * time.Second
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.BackendTimeout <= 0 {
 		opts.BackendTimeout = 5 * time.Second
@@ -149,6 +157,7 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 		metadata:  md,
 		logging:   newLogSettings(opts.Logger),
 		headerTTL: opts.ReadHeaderTimeout,
+		bodyTTL:   opts.BodyTimeout,
 	}
 	s.api = http.HandlerFunc(s.route)
 	s.metrics = newMetricsHandler(backend, opts.BackendTimeout, opts.Logger)

@@ -54,6 +54,8 @@ type config struct {
 	exitTimeout     int
 	allowClientShm  bool
 	maxInputSize    int64
+	maxGRPCMessage  int
+	bodyTimeout     time.Duration
 	autoComplete    bool
 	httpForward     string
 	grpcForward     string
@@ -90,6 +92,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.exitTimeout, "exit-timeout-secs", 30, "how long shutdown waits for in-flight requests")
 	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
 	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
+	fs.IntVar(&c.maxGRPCMessage, "grpc-max-message-size", frontend.MaxGRPCMessageSize, "largest gRPC message in bytes, received or sent")
+	fs.DurationVar(&c.bodyTimeout, "request-body-timeout", frontend.DefaultBodyTimeout, "how long a client may pause while sending a request body (HTTP), or a unary RPC's message may take beyond this plus its size at 8 MiB/s (gRPC)")
 	fs.BoolVar(&c.autoComplete, "auto-complete-config", true, "run auto_complete_config of Python models")
 	fs.Var(traceFlag{&c.trace, ""}, "trace-config", "tracing: level=, rate=, count=, mode=triton|opentelemetry, triton,file=, triton,log-frequency=, opentelemetry,url= (repeatable)")
 	fs.Var(traceFlag{&c.trace, "triton,file="}, "trace-file", "deprecated: --trace-config triton,file=")
@@ -210,12 +214,13 @@ func run(c *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
-	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward})
+	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
+		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err

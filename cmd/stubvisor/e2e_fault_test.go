@@ -1,0 +1,177 @@
+package main
+
+// Fault tests: what an operator does to a server (kill -9 a stub, hang a
+// model, SIGTERM mid-work, stall a request body, crash-loop a model), and
+// what the server must promise in return: every request answered within a
+// bound, every surface telling the same story, nothing left running.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// faultSleepModel is a one-instance-group FP32 echo whose execute sleeps
+// for the request parameter "sleep" (seconds) first.
+const faultSleepModel = `
+import json, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            time.sleep(float(json.loads(r.parameters()).get("sleep", 0)))
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+`
+
+// sleepRequest is an infer request body for faultSleepModel.
+func sleepRequest(secs float64) map[string]any {
+	return map[string]any{
+		"parameters": map[string]any{"sleep": secs},
+		"inputs":     []map[string]any{{"name": "INPUT0", "shape": []int{1}, "datatype": "FP32", "data": []float32{1}}},
+	}
+}
+
+// timedInfer is one request's outcome and how long it took.
+type timedInfer struct {
+	inferResult
+	took time.Duration
+}
+
+func timedPost(base, model string, req any) timedInfer {
+	start := time.Now()
+	r := postInfer(base, model, req)
+	return timedInfer{r, time.Since(start)}
+}
+
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
+}
+
+// ignoredSignals is the SigIgn mask of a process.
+func ignoredSignals(t *testing.T, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+	}
+	t.Fatalf("no SigIgn in /proc/%d/status", pid)
+	return 0
+}
+
+// A client that sends headers and part of a body is cut off once the body
+// stalls for --request-body-timeout, over HTTP and over gRPC (where the
+// bound is the timeout plus the largest message at 8 MiB/s: 1.5 s here).
+func TestFaultStalledRequestBody(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "add_sub"), "--request-body-timeout", "1s", "--grpc-max-message-size", "4194304")
+	const bound = 3 * time.Second // the 1 s timeout plus slack for a busy machine
+
+	t.Run("http", func(t *testing.T) {
+		addr := strings.TrimPrefix(s.HTTP, "http://")
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\n{\"inputs\":", addr)
+		start := time.Now()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, err = io.Copy(io.Discard, c) // returns when the server closes the connection
+		if took := time.Since(start); err != nil || took > bound {
+			t.Errorf("connection with a stalled body closed after %s (%v), want within %s", took, err, bound)
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		c, err := net.Dial("tcp", s.GRPC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			t.Fatal(err)
+		}
+		fr := http2.NewFramer(c, c)
+		if err := fr.WriteSettings(); err != nil {
+			t.Fatal(err)
+		}
+		var hdr bytes.Buffer
+		enc := hpack.NewEncoder(&hdr)
+		for _, f := range [][2]string{
+			{":method", "POST"}, {":scheme", "http"}, {":authority", s.GRPC},
+			{":path", "/inference.GRPCInferenceService/ModelInfer"},
+			{"content-type", "application/grpc"}, {"te", "trailers"},
+		} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hdr.Bytes(), EndHeaders: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A message announced as 1000 bytes, of which 10 come.
+		msg := make([]byte, 5+10)
+		binary.BigEndian.PutUint32(msg[1:5], 1000)
+		if err := fr.WriteData(1, false, msg); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("no end of the stalled stream: %v after %s", err, time.Since(start))
+			}
+			ended := false
+			switch f := f.(type) {
+			case *http2.RSTStreamFrame:
+				ended = f.StreamID == 1
+			case *http2.HeadersFrame:
+				ended = f.StreamID == 1 && f.StreamEnded()
+			case *http2.GoAwayFrame:
+				ended = true
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					_ = fr.WritePing(true, f.Data)
+				}
+			}
+			if ended {
+				break
+			}
+		}
+		if took := time.Since(start); took > bound {
+			t.Errorf("stalled gRPC message ended after %s, want within %s", took, bound)
+		}
+	})
+}
