@@ -46,6 +46,10 @@ type GRPCOptions struct {
 	// take to arrive after its headers: the timeout plus the largest
 	// message at 8 MiB/s (default DefaultBodyTimeout).
 	BodyTimeout time.Duration
+	// MaxInflightBytes is the budget of request bytes held by requests in
+	// flight (default DefaultMaxInflightBytes); with HTTP set, the HTTP
+	// server's budget is shared instead.
+	MaxInflightBytes int64
 	// ServerOptions are appended to the grpc.Server options (tests and
 	// benchmarks use them for interceptors).
 	ServerOptions []grpc.ServerOption
@@ -70,6 +74,7 @@ type GRPCServer struct {
 	tracer   *tracer
 	srv      *grpc.Server
 	health   *health.Server
+	budget   *byteBudget
 }
 
 // NewGRPC returns a GRPCServer for backend; Serve starts it.
@@ -112,8 +117,10 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 	if opts.HTTP != nil {
 		g.logging = opts.HTTP.logging
 		g.tracer = opts.HTTP.tracer
+		g.budget = opts.HTTP.budget
 	} else {
 		g.logging = newLogSettings(opts.Logger)
+		g.budget = newByteBudget(opts.MaxInflightBytes)
 		var err error
 		if g.tracer, err = newTracer(DefaultTraceConfig(), opts.Logger); err != nil {
 			return nil, fmt.Errorf("server: new grpc: %w", err)

@@ -10,8 +10,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
@@ -436,6 +438,11 @@ func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferReque
 
 // ModelInfer runs one request on a non-decoupled model.
 func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	held := int64(proto.Size(req))
+	if err := g.budget.acquire(held); err != nil {
+		return nil, status.Error(codes.ResourceExhausted, err.Error())
+	}
+	defer g.budget.release(held)
 	var ir backendapi.InferRequest
 	tr := g.tracer.startGRPC(ctx, req.GetModelName(), req.GetModelVersion())
 	defer tr.end()
@@ -567,8 +574,14 @@ loop:
 // start runs one request of the stream in its own goroutine.
 func (st *streamState) start(req *pb.ModelInferRequest) {
 	var ir backendapi.InferRequest
+	held := int64(proto.Size(req))
+	if err := st.g.budget.acquire(held); err != nil {
+		st.fail(req, &ir, status.Error(codes.ResourceExhausted, err.Error()))
+		return
+	}
 	opts, err := parseGRPCInfer(req, &ir)
 	if err != nil {
+		st.g.budget.release(held)
 		st.fail(req, &ir, st.g.requestError(st.ctx, req, err))
 		return
 	}
@@ -588,6 +601,7 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
+		defer st.g.budget.release(held)
 		if mine != nil {
 			defer func() {
 				close(mine)

@@ -44,6 +44,12 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 		s.inferFailed(w, model, backendapi.Errorf(backendapi.Unsupported, "%s", msgDecoupledHTTP))
 		return
 	}
+	held := max(r.ContentLength, 0)
+	if err := s.budget.acquire(held); err != nil {
+		writeErrorStatus(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	defer func() { s.budget.release(held) }()
 	tr := s.tracer.startHTTP(model, version, r)
 	defer tr.end()
 	c := getCall()
@@ -53,6 +59,13 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 	if err != nil {
 		s.inferFailed(w, model, err)
 		return
+	}
+	if n := c.bodyBytes(body) - held; n > 0 { // chunked or compressed
+		if err := s.budget.acquire(n); err != nil {
+			writeErrorStatus(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
+		held += n
 	}
 	hdrLen, hdrGiven, err := inferHeaderLength(r, len(body))
 	if err != nil {
@@ -151,6 +164,16 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 		return nil, invalidArg("failed to decompress the request body (%s): %v", enc, err)
 	}
 	return c.inflated, nil
+}
+
+// bodyBytes is what the read body holds: the bytes received and, when it
+// came compressed, the inflated ones.
+func (c *inferCall) bodyBytes(body []byte) int64 {
+	n := int64(len(c.body))
+	if len(body) > 0 && len(c.body) > 0 && &body[0] != &c.body[0] {
+		n += int64(len(body))
+	}
+	return n
 }
 
 // readLimited appends all of rd to dst, failing when it exceeds limit.

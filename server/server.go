@@ -66,6 +66,12 @@ type Options struct {
 	// body (default DefaultBodyTimeout): a stalled body ends the
 	// connection, however large the body, as long as it keeps coming.
 	BodyTimeout time.Duration
+	// MaxInflightBytes is the budget of request bytes held by requests in
+	// flight, HTTP bodies and gRPC messages together (default
+	// DefaultMaxInflightBytes); a request over it is refused with 503 or
+	// RESOURCE_EXHAUSTED. A gRPC server built with this Server as its HTTP
+	// option shares the budget.
+	MaxInflightBytes int64
 	// BackendTimeout bounds the backend calls made at scrape time by the
 	// metrics handler (default 5s).
 	BackendTimeout time.Duration
@@ -96,6 +102,7 @@ type Server struct {
 	metrics   http.Handler
 	headerTTL time.Duration
 	bodyTTL   time.Duration
+	budget    *byteBudget
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -158,6 +165,7 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 		logging:   newLogSettings(opts.Logger),
 		headerTTL: opts.ReadHeaderTimeout,
 		bodyTTL:   opts.BodyTimeout,
+		budget:    newByteBudget(opts.MaxInflightBytes),
 	}
 	s.api = http.HandlerFunc(s.route)
 	s.metrics = newMetricsHandler(backend, opts.BackendTimeout, opts.Logger)

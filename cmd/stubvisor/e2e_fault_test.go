@@ -11,14 +11,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
 )
 
 // faultSleepModel is a one-instance-group FP32 echo whose execute sleeps
@@ -174,4 +177,76 @@ func TestFaultStalledRequestBody(t *testing.T) {
 			t.Errorf("stalled gRPC message ended after %s, want within %s", took, bound)
 		}
 	})
+}
+
+// sleepBinaryBody is a binary-extension request for faultSleepModel with
+// n FP32 elements, asking for the output in binary too.
+func sleepBinaryBody(t *testing.T, n int, secs float64) ([]byte, int) {
+	return httpBinaryBody(t, map[string]any{
+		"parameters": map[string]any{"sleep": secs},
+		"inputs":     []map[string]any{{"name": "INPUT0", "shape": []int{n}, "datatype": "FP32", "parameters": map[string]any{"binary_data_size": 4 * n}}},
+		"outputs":    []map[string]any{{"name": "OUTPUT0", "parameters": map[string]any{"binary_data": true}}},
+	}, make([]byte, 4*n))
+}
+
+// Requests in flight may hold at most --max-inflight-request-bytes of
+// request data, HTTP and gRPC together: past it a request is refused with
+// 503 or RESOURCE_EXHAUSTED, and served again once the others are done.
+func TestFaultInflightRequestBudget(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "sleepy", httpFP32Config("sleepy", ""), map[string]string{"model.py": faultSleepModel})
+	s := startServer(t, repo, "--max-inflight-request-bytes", strconv.Itoa(8<<20))
+	_, client := grpcClient(t, s)
+	const n = 3 << 20 / 4 // 3 MiB of FP32
+	postBinary := func(secs float64) (int, []byte) {
+		body, hdr := sleepBinaryBody(t, n, secs)
+		code, _, b := s.do("POST", "/v2/models/sleepy/infer", body, "Inference-Header-Content-Length", strconv.Itoa(hdr))
+		return code, b
+	}
+	grpcInfer := func(elems int, secs float64) error {
+		_, err := client.ModelInfer(callCtx(t), &pb.ModelInferRequest{
+			ModelName:        "sleepy",
+			Parameters:       map[string]*pb.InferParameter{"sleep": {ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: secs}}},
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{int64(elems)}}},
+			RawInputContents: [][]byte{make([]byte, 4*elems)},
+		})
+		return err
+	}
+	inFlight := func(want int) func() bool {
+		return func() bool {
+			var m []struct {
+				Stubs []struct {
+					InFlight int `json:"in_flight"`
+				} `json:"stubs"`
+			}
+			s.getJSON("/v2/models/sleepy/stubs", &m)
+			return m[0].Stubs[0].InFlight == want
+		}
+	}
+	slow := make(chan int, 1)
+	go func() { code, _ := postBinary(3); slow <- code }()
+	waitFor(t, 20*time.Second, "the first request to run", inFlight(1))
+	queued := make(chan error, 1)
+	go func() { queued <- grpcInfer(n, 0) }()
+	waitFor(t, 20*time.Second, "the second request to queue", inFlight(2))
+
+	if code, body := postBinary(0); code != http.StatusServiceUnavailable || !strings.Contains(errorText(body), "--max-inflight-request-bytes") {
+		t.Errorf("HTTP request over the budget: %d %s, want 503 naming the flag", code, body)
+	}
+	wantStatus(t, grpcInfer(n, 0), codes.ResourceExhausted, "--max-inflight-request-bytes")
+	wantStatus(t, grpcInfer(9<<20/4, 0), codes.ResourceExhausted, "exceeds the server's budget")
+
+	if code := <-slow; code != 200 {
+		t.Errorf("first request: %d", code)
+	}
+	if err := <-queued; err != nil {
+		t.Errorf("queued request: %v", err)
+	}
+	if code, body := postBinary(0); code != 200 {
+		t.Errorf("request after the budget freed: %d %s", code, body)
+	}
+	if err := grpcInfer(n, 0); err != nil {
+		t.Errorf("gRPC request after the budget freed: %v", err)
+	}
 }

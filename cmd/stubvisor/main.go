@@ -56,6 +56,7 @@ type config struct {
 	maxInputSize    int64
 	maxGRPCMessage  int
 	bodyTimeout     time.Duration
+	maxInflight     int64
 	autoComplete    bool
 	httpForward     string
 	grpcForward     string
@@ -94,6 +95,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
 	fs.IntVar(&c.maxGRPCMessage, "grpc-max-message-size", frontend.MaxGRPCMessageSize, "largest gRPC message in bytes, received or sent")
 	fs.DurationVar(&c.bodyTimeout, "request-body-timeout", frontend.DefaultBodyTimeout, "how long a client may pause while sending a request body (HTTP), or a unary RPC's message may take beyond this plus its size at 8 MiB/s (gRPC)")
+	fs.Int64Var(&c.maxInflight, "max-inflight-request-bytes", frontend.DefaultMaxInflightBytes, "budget of request bytes held by requests in flight, HTTP and gRPC together; requests over it get 503 or RESOURCE_EXHAUSTED")
 	fs.BoolVar(&c.autoComplete, "auto-complete-config", true, "run auto_complete_config of Python models")
 	fs.Var(traceFlag{&c.trace, ""}, "trace-config", "tracing: level=, rate=, count=, mode=triton|opentelemetry, triton,file=, triton,log-frequency=, opentelemetry,url= (repeatable)")
 	fs.Var(traceFlag{&c.trace, "triton,file="}, "trace-file", "deprecated: --trace-config triton,file=")
@@ -214,7 +216,8 @@ func run(c *config) error {
 	if err != nil {
 		return err
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
+		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
