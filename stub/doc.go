@@ -10,7 +10,8 @@
 //
 //   - it attaches the region the supervisor passed as fd 3, says Hello and
 //     beats the heartbeat word every 100 ms from its own goroutine;
-//   - it ignores SIGINT and SIGTERM: the supervisor owns the life cycle
+//   - it drops SIGINT and SIGTERM (caught, not ignored, so programs the
+//     model starts do not inherit them ignored): the supervisor owns the life cycle
 //     (Finalize, then SIGKILL), and a terminal's Ctrl-C must not kill a
 //     stub before the supervisor has drained it;
 //   - it serves Initialize, Execute, IsReady, AutoComplete and Finalize on

@@ -37,8 +37,11 @@ func Serve(model Model) {
 }
 
 func serve(model Model) int {
-	// The supervisor owns the life cycle: Finalize, then SIGKILL.
-	signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	// The supervisor owns the life cycle: Finalize, then SIGKILL. The
+	// signals are caught and dropped rather than ignored, so that a program
+	// the model starts gets the default dispositions back on exec (an
+	// ignored signal stays ignored across exec) and the model can stop it.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM)
 	// Take the lifeline before anything else can open a descriptor.
 	life := openLifeline()
 	conn, err := ipc.Attach(os.NewFile(ipc.RegionFD, "stubvisor-region"))

@@ -874,11 +874,26 @@ def _install_c_module():
     sys.modules.setdefault("c_python_backend_utils", module)
 
 
+def _drop_signal(signum, frame):
+    """SIGINT and SIGTERM reach the stub to no effect (see main)."""
+
+
+def _default_signals():
+    """In a child the model forked: SIGINT and SIGTERM act as usual again."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def main():
     """Entry point of ``python -m stubvisor``."""
-    # The supervisor owns the life cycle: Finalize, then SIGKILL.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # The supervisor owns the life cycle: Finalize, then SIGKILL. SIGINT and
+    # SIGTERM are caught and dropped rather than ignored: a program the model
+    # starts gets the default dispositions back on exec (an ignored signal
+    # would stay ignored), and a child it forks restores them at once, so
+    # the model can still stop its helpers.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _drop_signal)
+    os.register_at_fork(after_in_child=_default_signals)
     # `-m` put the working directory first on sys.path; Triton's stub has
     # no such entry, and a stray directory there could shadow a model.
     cwd = os.getcwd()
