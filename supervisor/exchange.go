@@ -16,7 +16,8 @@ import (
 // batch without waiting for the supervisor, which on a busy machine may be
 // slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
 // handed to a stub can no longer grow, so only one waits there while the
-// batcher merges the requests that arrive meanwhile.
+// batcher merges the requests that arrive meanwhile. A model with several
+// instances pipelines only sequences (see newModelVersion).
 const (
 	pipelineDepth      = 4
 	batchPipelineDepth = 2
@@ -66,17 +67,38 @@ func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration
 	}
 }
 
-// failAll fails every request the dead stub held.
+// failAll fails every request the dead stub held. The stub executes
+// batches one at a time in the order they were sent, so of the batches it
+// had not finished only the first had started: the requests of the others
+// are told they did not run.
 func (p *stubProc) failAll() {
-	err := p.failure()
 	p.mu.Lock()
 	reqs := p.requests
+	var first uint64
+	for id := range p.batches {
+		if first == 0 || id < first {
+			first = id
+		}
+	}
+	unstarted := map[*pending]bool{}
+	for id, b := range p.batches {
+		if id != first {
+			for _, pr := range b.items {
+				unstarted[pr] = !pr.execDone
+			}
+		}
+	}
 	p.requests = map[uint64]*pending{}
 	p.batches = map[uint64]*batch{}
 	p.failed = true
 	p.mu.Unlock()
+	died, notRun := p.failure(), p.notStarted()
 	for _, r := range reqs {
-		p.inst.mv.finish(r, nil, err, true)
+		if unstarted[r] {
+			p.inst.mv.finish(r, nil, notRun, true)
+		} else {
+			p.inst.mv.finish(r, nil, died, true)
+		}
 	}
 }
 
@@ -153,11 +175,14 @@ func (p *stubProc) execute(b *batch) {
 		return
 	}
 	b.items = live
+	// Batch ids follow the order of the ring (failAll relies on it).
+	p.sendMu.Lock()
 	p.mu.Lock()
 	if p.failed {
 		p.mu.Unlock()
+		p.sendMu.Unlock()
 		for _, pr := range live {
-			p.inst.mv.finish(pr, nil, p.failure(), true)
+			p.inst.mv.finish(pr, nil, p.notStarted(), true)
 		}
 		return
 	}
@@ -175,7 +200,9 @@ func (p *stubProc) execute(b *batch) {
 	for _, pr := range live {
 		pr.assign(p)
 	}
-	if err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}); err != nil {
+	err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs})
+	p.sendMu.Unlock()
+	if err != nil {
 		// The receiver fails the batch once the death is confirmed; a
 		// live stub whose ring refuses us is broken.
 		if p.alive() {
@@ -188,7 +215,7 @@ func (p *stubProc) execute(b *batch) {
 func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 	req := pr.req
 	if !p.alive() {
-		return ipc.Request{}, p.failure()
+		return ipc.Request{}, p.notStarted()
 	}
 	p.mu.Lock()
 	p.nextID++

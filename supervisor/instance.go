@@ -68,9 +68,19 @@ func (inst *instance) launch() (*stubProc, error) {
 		return nil, err
 	}
 	mv := inst.mv
+	// A stop does not wait for an initialize: it kills the stub.
+	initialized := make(chan struct{})
+	go func() {
+		select {
+		case <-inst.stopc:
+			p.kill("stopped during initialize")
+		case <-initialized:
+		}
+	}()
 	res, err := p.call(func(id uint64) ipc.Message {
 		return &ipc.InitializeMsg{ID: id, Args: mv.initArgs(inst), Options: mv.stubOptions()}
 	}, mv.sup.opts.InitializeTimeout)
+	close(initialized)
 	if err == nil && res.Error != nil {
 		err = resultError(res.Error)
 	}
@@ -134,8 +144,8 @@ func (inst *instance) supervise(p *stubProc) {
 }
 
 // stop ends the instance: no more restarts, Finalize, and the process
-// reaped. It is idempotent.
-func (inst *instance) stop(timeout time.Duration) {
+// reaped, all by deadline. It is idempotent.
+func (inst *instance) stop(deadline time.Time) {
 	inst.mu.Lock()
 	first := !inst.stopping
 	inst.stopping = true
@@ -149,9 +159,17 @@ func (inst *instance) stop(timeout time.Duration) {
 	inst.proc = nil
 	inst.mu.Unlock()
 	if p != nil {
-		p.stop(timeout)
+		p.stop(deadline)
 	}
 	inst.setState(backendapi.StubStopped)
+}
+
+// isStopping reports whether stop was called: a stub that dies now is not
+// restarted.
+func (inst *instance) isStopping() bool {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.stopping
 }
 
 func (inst *instance) setState(s backendapi.StubState) {

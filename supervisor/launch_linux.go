@@ -56,3 +56,12 @@ func kill(p *os.Process) {
 		_ = p.Signal(syscall.SIGKILL)
 	}
 }
+
+// killGroup sends SIGKILL to a stub's process group: whatever the model
+// started (helpers, worker pools) ends with its stub. A helper that left
+// the group (setsid) is out of reach.
+func killGroup(pid int) {
+	if pid > 0 {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}

@@ -22,3 +22,5 @@ func kill(p *os.Process) {
 		_ = p.Kill()
 	}
 }
+
+func killGroup(int) {}

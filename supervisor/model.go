@@ -127,6 +127,13 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 			}
 		}
 	}
+	if len(mv.instances) > 1 && mv.cfg.GetSequenceBatching() == nil {
+		// A request any instance may run waits in the model's queue for
+		// the first instance to free, never in the ring of a busy stub,
+		// where a slow or hung execute would hold it while another
+		// instance idles. (Sequences are bound to their instance anyway.)
+		mv.pipelineDepth = 1
+	}
 	return mv, nil
 }
 
@@ -145,16 +152,18 @@ func (mv *modelVersion) start() error {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			mv.stop(mv.sup.opts.FinalizeTimeout)
+			mv.stop(time.Now().Add(mv.sup.opts.FinalizeTimeout))
 			return err
 		}
 	}
 	return nil
 }
 
-// stop refuses new requests, lets queued and running ones finish (bounded
-// by timeout), then finalizes and stops every instance.
-func (mv *modelVersion) stop(timeout time.Duration) {
+// stop refuses new requests and ends the version by deadline: queued and
+// running requests may finish until then; what still runs at the deadline
+// fails (its stub is killed), and every instance is finalized with the
+// time that remains (at most --stub-finalize-timeout) and then killed.
+func (mv *modelVersion) stop(deadline time.Time) {
 	mv.mu.Lock()
 	already := mv.closing
 	mv.closing = true
@@ -164,16 +173,27 @@ func (mv *modelVersion) stop(timeout time.Duration) {
 	}
 	drained := make(chan struct{})
 	go func() { mv.active.Wait(); close(drained) }()
+	t := time.NewTimer(max(time.Until(deadline), 0))
 	select {
 	case <-drained:
-	case <-time.After(timeout):
-		mv.sup.log.Warn("requests still running at unload; they will fail", "model", mv.name, "timeout", timeout)
+	case <-t.C:
+		mv.sup.log.Warn("requests still running at the stop deadline; they fail", "model", mv.name)
+		for _, inst := range mv.instances {
+			if p := inst.liveProc(); p != nil && p.busy() {
+				p.kill("model stopped while the execute was still running")
+			}
+		}
 	}
+	t.Stop()
 	mv.scheduler.stop()
+	finalizeBy := time.Now().Add(mv.sup.opts.FinalizeTimeout)
+	if finalizeBy.After(deadline) {
+		finalizeBy = deadline
+	}
 	var wg sync.WaitGroup
 	for _, inst := range mv.instances {
 		wg.Add(1)
-		go func() { defer wg.Done(); inst.stop(mv.sup.opts.FinalizeTimeout) }()
+		go func() { defer wg.Done(); inst.stop(finalizeBy) }()
 	}
 	wg.Wait()
 	// Anything still queued has no stub left to run it.

@@ -48,6 +48,9 @@ type stubProc struct {
 	// lead is the token for reading the ring: one reader at a time.
 	lead chan struct{}
 
+	// sendMu makes taking a batch id and sending the batch one step, so
+	// that ids follow the order in which the stub reads them.
+	sendMu   sync.Mutex
 	mu       sync.Mutex
 	batches  map[uint64]*batch
 	requests map[uint64]*pending
@@ -161,7 +164,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	pipes.Add(2)
 	go func() { defer pipes.Done(); forwardLines(outR, inst.log, hclog.Info); outR.Close() }()
 	go func() { defer pipes.Done(); forwardLines(errR, inst.log, hclog.Warn); errR.Close() }()
-	go p.reap(&pipes)
+	go p.reap(&pipes, outR, errR)
 	defer func() {
 		if retErr != nil {
 			p.kill("handshake failed")
@@ -192,11 +195,14 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	return p, nil
 }
 
-// reap waits for the process, records why it ended, wakes everything that
-// waits on the region, handles what the stub sent before it died and fails
-// the requests it still held.
-func (p *stubProc) reap(pipes *sync.WaitGroup) {
+// reap waits for the process, records why it ended, ends the helpers the
+// model started (the stub's process group), wakes everything that waits on
+// the region, handles what the stub sent before it died and fails the
+// requests it still held. It goes by the process's exit, not by its
+// stdout and stderr, which a helper outside the group may hold open.
+func (p *stubProc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 	err := p.cmd.Wait()
+	killGroup(p.pid)
 	cause := "exited"
 	if err != nil {
 		cause = err.Error() // "signal: killed", "exit status 1"
@@ -208,7 +214,16 @@ func (p *stubProc) reap(pipes *sync.WaitGroup) {
 	p.conn.MarkDead()
 	p.shm.closeLifeline(p)
 	close(p.exited)
-	pipes.Wait()
+	// The last lines the stub wrote (a traceback) are logged before its
+	// requests fail, unless something it started keeps the pipes open.
+	piped := make(chan struct{})
+	go func() { pipes.Wait(); close(piped) }()
+	select {
+	case <-piped:
+	case <-time.After(pipeGrace):
+		_ = out.Close()
+		_ = errs.Close()
+	}
 	<-p.lead // a reader stops at the death; the token is never given back
 	if err := p.drain(); errors.Is(err, ipc.ErrProtocol) {
 		p.log.Error("stub broke the protocol before it exited", "error", err)
@@ -219,6 +234,10 @@ func (p *stubProc) reap(pipes *sync.WaitGroup) {
 	p.mu.Unlock()
 	p.maybeUnmap()
 }
+
+// pipeGrace is how long the reaper waits for a dead stub's stdout and
+// stderr to close before it stops reading them.
+const pipeGrace = 200 * time.Millisecond
 
 // kill ends the process with SIGKILL, recording why (first reason wins).
 func (p *stubProc) kill(reason string) {
@@ -265,7 +284,18 @@ func (p *stubProc) deathError(err error) error {
 // failure is the error every request held by a dead stub gets: it names
 // the model, the instance and the cause, and says it is worth retrying.
 func (p *stubProc) failure() error {
+	if p.inst.isStopping() {
+		return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The model is being unloaded.",
+			p.inst.name, p.inst.mv.name, p.cause)
+	}
 	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The stub is being restarted; retry the request.",
+		p.inst.name, p.inst.mv.name, p.cause)
+}
+
+// notStarted is the error of a request a dead stub held but had not begun
+// to execute (it waited in the stub's ring behind another execute).
+func (p *stubProc) notStarted() error {
+	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died before the request started (%s): the request did not run; retry it.",
 		p.inst.name, p.inst.mv.name, p.cause)
 }
 
@@ -321,16 +351,22 @@ const (
 	unhealthyAfter = 3 * time.Second
 )
 
-// stop finalizes the model in the stub and ends the process: Finalize with
-// a bound, then SIGKILL. It returns when the process is reaped.
-func (p *stubProc) stop(timeout time.Duration) {
+// stop finalizes the model in the stub and ends the process, all by
+// deadline: Finalize while time remains, then SIGKILL. It returns when the
+// process is reaped and its region released (or, if a response still
+// aliases the region, at the deadline).
+func (p *stubProc) stop(deadline time.Time) {
 	if p.alive() {
-		if _, err := p.call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }, timeout); err != nil && !errors.Is(err, errStubExited) {
-			p.log.Warn("finalize", "error", err)
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(timeout):
+		if left := time.Until(deadline); left > 0 {
+			if _, err := p.call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }, left); err != nil && !errors.Is(err, errStubExited) {
+				p.log.Warn("finalize", "error", err)
+			}
+			t := time.NewTimer(max(time.Until(deadline), 0))
+			select {
+			case <-p.exited:
+			case <-t.C:
+			}
+			t.Stop()
 		}
 		if p.alive() {
 			p.kill("stopped")
@@ -339,12 +375,18 @@ func (p *stubProc) stop(timeout time.Duration) {
 	<-p.exited
 	// The region goes once the receiver is done and no response aliases
 	// it; a client still holding a response delays that, within a bound.
+	t := time.NewTimer(max(time.Until(deadline), releaseGrace))
+	defer t.Stop()
 	select {
 	case <-p.released:
-	case <-time.After(timeout):
-		p.log.Warn("stub region still referenced by unreleased responses after stop", "timeout", timeout)
+	case <-t.C:
+		p.log.Warn("stub region still referenced by unreleased responses after stop")
 	}
 }
+
+// releaseGrace is the least time stop waits for responses to let go of a
+// stopped stub's region.
+const releaseGrace = 100 * time.Millisecond
 
 // healthy reports whether this incarnation proved itself, which resets the
 // restart backoff.

@@ -162,7 +162,7 @@ func (s *Supervisor) unload(name, reason string) {
 	}
 	s.mu.Unlock()
 	for _, mv := range old {
-		mv.stop(s.opts.FinalizeTimeout)
+		mv.stop(s.unloadDeadline())
 	}
 	s.mu.Lock()
 	if e.state != backendapi.ModelNotLoaded {
@@ -250,7 +250,7 @@ func (s *Supervisor) loadLocked(name string, opts backendapi.LoadOptions, chain 
 	for i, mv := range mvs {
 		if err := mv.start(); err != nil {
 			for _, started := range mvs[:i] {
-				started.stop(s.opts.FinalizeTimeout)
+				started.stop(s.unloadDeadline())
 			}
 			return err
 		}
@@ -262,7 +262,7 @@ func (s *Supervisor) loadLocked(name string, opts backendapi.LoadOptions, chain 
 	e.fingerprint = fingerprint(dir)
 	s.mu.Unlock()
 	for _, mv := range old {
-		mv.stop(s.opts.FinalizeTimeout)
+		mv.stop(s.unloadDeadline())
 	}
 	s.log.Info("model ready", "model", name, "versions", versions)
 	return nil
@@ -434,6 +434,12 @@ func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string
 		}
 	}
 	return dir, nil
+}
+
+// unloadDeadline bounds the stop of an unloaded version: requests may run
+// for one --stub-finalize-timeout, and finalize has at least as long.
+func (s *Supervisor) unloadDeadline() time.Time {
+	return time.Now().Add(2 * s.opts.FinalizeTimeout)
 }
 
 // RepositoryIndex implements backendapi.Backend.

@@ -193,9 +193,12 @@ func New(opts Options) (*Supervisor, error) {
 	return s, nil
 }
 
-// Close stops accepting requests, lets running ones finish (bounded by
-// timeout), finalizes every model and stops every stub. It is idempotent.
+// Close stops accepting requests and ends everything within timeout: the
+// running requests may finish until then, what still runs fails, every
+// model is finalized with the time that remains and every stub killed. It
+// is idempotent.
 func (s *Supervisor) Close(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
 	if s.closing.Swap(true) {
 		return
 	}
@@ -214,7 +217,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	var wg sync.WaitGroup
 	for _, mv := range all {
 		wg.Add(1)
-		go func() { defer wg.Done(); mv.stop(timeout) }()
+		go func() { defer wg.Done(); mv.stop(deadline) }()
 	}
 	wg.Wait()
 	s.shm.closeAll()

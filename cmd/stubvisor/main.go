@@ -187,12 +187,17 @@ type service struct {
 	serve func(net.Listener) error
 }
 
+// replyGrace is how long past --exit-timeout-secs the front ends may take
+// to answer the requests that failed at the deadline.
+const replyGrace = 500 * time.Millisecond
+
 // defaultGCPercent is the binary's GOGC unless the environment sets one.
 const defaultGCPercent = 400
 
 // run serves until SIGINT or SIGTERM, then shuts down in order: stop
-// accepting, drain in-flight requests, finalize every model, stop every
-// stub, all within --exit-timeout-secs.
+// accepting, drain in-flight requests, fail what is left, finalize every
+// model, kill every stub, all within --exit-timeout-secs (and replyGrace
+// for the last replies).
 func run(c *config) error {
 	log := newLogger(c)
 	c.sup.Logger = log
@@ -263,15 +268,25 @@ func run(c *config) error {
 	case err = <-errc:
 		log.Error("listener failed; shutting down", "error", err)
 	}
-	timeout := time.Duration(c.exitTimeout) * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	// The front ends stop accepting at once and wait for their requests,
+	// which the supervisor lets run until the deadline; then it fails what
+	// is left, finalizes with the time that remains and kills the rest. The
+	// front ends get a moment past the deadline to write those failures.
+	deadline := time.Now().Add(time.Duration(c.exitTimeout) * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(replyGrace))
 	defer cancel()
-	grpcSrv.GracefulStop(ctx)
-	if err := srv.Shutdown(ctx); err != nil {
-		log.Warn("HTTP shutdown", "error", err)
-	}
+	var fronts sync.WaitGroup
+	fronts.Add(2)
+	go func() { defer fronts.Done(); grpcSrv.GracefulStop(ctx) }()
+	go func() {
+		defer fronts.Done()
+		if err := srv.Shutdown(ctx); err != nil {
+			log.Warn("HTTP shutdown", "error", err)
+		}
+	}()
+	sup.Close(time.Until(deadline))
+	fronts.Wait()
 	wg.Wait()
-	sup.Close(timeout)
 	log.Info("stopped")
 	return err
 }

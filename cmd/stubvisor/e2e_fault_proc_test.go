@@ -1,0 +1,243 @@
+package main
+
+// Fault tests of the stub processes: what an operator does to them (kill
+// -9, hung models, SIGTERM mid-work) and what the server promises back.
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A model that starts helper processes (an exec'd program and a forked
+// Python child, as subprocess and multiprocessing do) holds the stub's
+// stdout and stderr open through them. Killing the stub must still answer
+// its request at once, the helpers must not inherit the stub's ignored
+// SIGTERM/SIGINT, and they must end with the stub's process group.
+func TestFaultStubWithHelperChildKilled(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	pids := filepath.Join(t.TempDir(), "helpers")
+	httpWriteModel(t, repo, "with_helper", httpFP32Config("with_helper", ""), map[string]string{"model.py": `
+import json, os, subprocess, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        helper = subprocess.Popen(["sleep", "300"])
+        child = os.fork()
+        if child == 0:
+            time.sleep(300)
+            os._exit(0)
+        with open(` + strconv.Quote(pids) + `, "a") as f:
+            f.write("%d %d\n" % (helper.pid, child))
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            time.sleep(float(json.loads(r.parameters()).get("sleep", 0)))
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+`})
+	var helpers []int
+	t.Cleanup(func() { // whatever the outcome, leave nothing behind
+		for _, pid := range helpers {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	readHelpers := func() {
+		b, _ := os.ReadFile(pids)
+		helpers = helpers[:0]
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				helpers = append(helpers, pid)
+			}
+		}
+	}
+	s := startServer(t, repo, "--stub-restart-backoff", "50ms")
+	readHelpers()
+	if len(helpers) != 2 {
+		t.Fatalf("helpers written: %v", helpers)
+	}
+	for _, pid := range helpers {
+		if m := ignoredSignals(t, pid); m&(1<<(syscall.SIGTERM-1)|1<<(syscall.SIGINT-1)) != 0 {
+			t.Errorf("helper %d ignores SIGTERM or SIGINT (SigIgn %x): a model could not stop it", pid, m)
+		}
+	}
+	pid, _ := stubOf(t, s, "with_helper", "with_helper_0")
+	done := make(chan timedInfer, 1)
+	go func() { done <- timedPost(s.HTTP, "with_helper", sleepRequest(30)) }()
+	waitFor(t, 10*time.Second, "the request to run", func() bool {
+		var m []struct {
+			Stubs []struct {
+				InFlight int `json:"in_flight"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/with_helper/stubs", &m)
+		return len(m) == 1 && len(m[0].Stubs) == 1 && m[0].Stubs[0].InFlight == 1
+	})
+	time.Sleep(100 * time.Millisecond) // let execute start sleeping; the kill below is the event under test
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != http.StatusServiceUnavailable || !strings.Contains(errorText(r.body), "signal: killed") {
+			t.Errorf("request on the killed stub: %d %s %v, want 503 naming the kill", r.code, r.body, r.err)
+		}
+		if took := time.Since(killed); took > time.Second {
+			t.Errorf("reply %s after the kill, want within 1s", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no reply 10s after the stub was killed")
+	}
+	for _, h := range helpers[:2] {
+		waitFor(t, 5*time.Second, fmt.Sprintf("helper %d of the killed stub to end", h), func() bool { return !processAlive(h) })
+	}
+	waitFor(t, 30*time.Second, "the restarted stub", func() bool {
+		r := postInfer(s.HTTP, "with_helper", sleepRequest(0))
+		return r.err == nil && r.code == 200
+	})
+	readHelpers()
+	s.Stop()
+	for _, h := range helpers {
+		if processAlive(h) {
+			t.Errorf("helper %d outlived the server", h)
+		}
+	}
+}
+
+// With two instances and one of them busy for long, short requests must go
+// to the other one: no request waits behind the slow execute.
+func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "two_slow", httpFP32Config("two_slow", "instance_group [{ kind: KIND_CPU count: 2 }]"),
+		map[string]string{"model.py": faultSleepModel})
+	s := startServer(t, repo)
+	slow := make(chan timedInfer, 1)
+	go func() { slow <- timedPost(s.HTTP, "two_slow", sleepRequest(10)) }()
+	waitFor(t, 10*time.Second, "the slow request to run", func() bool {
+		var m []struct {
+			Stubs []struct {
+				InFlight int `json:"in_flight"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/two_slow/stubs", &m)
+		n := 0
+		for _, st := range m[0].Stubs {
+			n += st.InFlight
+		}
+		return n == 1
+	})
+	for round := range 3 {
+		const clients = 4
+		res := make(chan timedInfer, clients)
+		for range clients {
+			go func() { res <- timedPost(s.HTTP, "two_slow", sleepRequest(0.1)) }()
+		}
+		for range clients {
+			r := <-res
+			if r.err != nil || r.code != 200 {
+				t.Fatalf("round %d: short request: %d %s %v", round, r.code, r.body, r.err)
+			}
+			// Four 0.1 s requests on one free instance take 0.4 s; 3 s
+			// leaves room for a slow machine and none for the 10 s execute.
+			if r.took > 3*time.Second {
+				t.Errorf("round %d: a short request took %s: it waited behind the slow instance", round, r.took)
+			}
+		}
+	}
+	if r := <-slow; r.err != nil || r.code != 200 {
+		t.Errorf("slow request: %d %s %v", r.code, r.body, r.err)
+	}
+}
+
+// A request queued on a stub that is killed before it ran must not be told
+// it died while executing: it never started.
+func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "one_hang", httpFP32Config("one_hang", `parameters { key: "EXECUTE_TIMEOUT_MS" value { string_value: "1500" } }`),
+		map[string]string{"model.py": faultSleepModel})
+	s := startServer(t, repo)
+	hung := make(chan timedInfer, 1)
+	go func() { hung <- timedPost(s.HTTP, "one_hang", sleepRequest(60)) }()
+	waitFor(t, 10*time.Second, "the hung request to run", func() bool {
+		var m []struct {
+			Stubs []struct {
+				InFlight int `json:"in_flight"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/one_hang/stubs", &m)
+		return m[0].Stubs[0].InFlight == 1
+	})
+	queued := make(chan timedInfer, 2)
+	for range 2 {
+		go func() { queued <- timedPost(s.HTTP, "one_hang", sleepRequest(0)) }()
+	}
+	if r := <-hung; r.code != http.StatusServiceUnavailable || !strings.Contains(errorText(r.body), "died while executing") {
+		t.Errorf("hung request: %d %s %v, want 503 'died while executing'", r.code, r.body, r.err)
+	}
+	for range 2 {
+		r := <-queued
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.code == 200 {
+			continue // re-queued and run by the restarted stub
+		}
+		if text := errorText(r.body); strings.Contains(text, "died while executing") || !strings.Contains(text, "did not run") {
+			t.Errorf("queued request: %d %q, want success or a message saying it did not run", r.code, text)
+		}
+	}
+}
+
+// SIGTERM with an execute running longer than --exit-timeout-secs: the
+// server exits within the timeout plus a second, the request is answered,
+// and no stub is left (startServer's cleanup checks that).
+func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "long_exec", httpFP32Config("long_exec", ""), map[string]string{"model.py": faultSleepModel})
+	s := startServer(t, repo, "--exit-timeout-secs", "2")
+	done := make(chan timedInfer, 1)
+	go func() { done <- timedPost(s.HTTP, "long_exec", sleepRequest(20)) }()
+	waitFor(t, 10*time.Second, "the long request to run", func() bool {
+		var m []struct {
+			Stubs []struct {
+				InFlight int `json:"in_flight"`
+			} `json:"stubs"`
+		}
+		s.getJSON("/v2/models/long_exec/stubs", &m)
+		return m[0].Stubs[0].InFlight == 1
+	})
+	start := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("shutdown took %s with --exit-timeout-secs=2, want at most 3s", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server still running 30s after SIGTERM")
+	}
+	select {
+	case r := <-done:
+		if r.code == 200 {
+			t.Errorf("the 20 s request succeeded after a 2 s shutdown: %s", r.body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the in-flight request got no answer after the server exited")
+	}
+}
