@@ -189,6 +189,14 @@ func (inst *instance) setHeartbeat(t time.Time) {
 	inst.mu.Unlock()
 }
 
+// lastCause is why the instance's last stub ended or its last restart
+// failed ("" if neither happened).
+func (inst *instance) lastCause() string {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.lastExit
+}
+
 // currentProc is the instance's live stub, nil while it restarts.
 func (inst *instance) currentProc() *stubProc {
 	inst.mu.Lock()

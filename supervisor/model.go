@@ -294,6 +294,21 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 	}
 }
 
+// unavailableReason says why no instance of the version can serve: each
+// instance's last exit cause or failed restart.
+func (mv *modelVersion) unavailableReason() string {
+	var causes []string
+	for _, inst := range mv.instances {
+		if c := inst.lastCause(); c != "" {
+			causes = append(causes, inst.name+": "+c)
+		}
+	}
+	if len(causes) == 0 {
+		return "no stub is running"
+	}
+	return "no stub is running (" + strings.Join(causes, "; ") + ")"
+}
+
 // ready reports whether at least one instance can serve (an ensemble:
 // always, its steps answer for their models).
 func (mv *modelVersion) ready() bool {

@@ -123,11 +123,12 @@ type modelEntry struct {
 // stateOf is the state a model version shows everywhere (the repository
 // index, readiness, metrics and the stub status), and why. It is the
 // entry's load state, except that a READY version none of whose instances
-// has a live stub is UNAVAILABLE. mv is nil for a model with no loaded
-// version. Called with s.mu held.
+// has a live stub is UNAVAILABLE, with the last cause its instances gave
+// (a crash, a failed restart) as the reason. mv is nil for a model with no
+// loaded version. Called with s.mu held.
 func (e *modelEntry) stateOf(mv *modelVersion) (backendapi.ModelState, string) {
 	if mv != nil && e.state == backendapi.ModelReady && !mv.ready() {
-		return backendapi.ModelUnavailable, e.reason
+		return backendapi.ModelUnavailable, mv.unavailableReason()
 	}
 	return e.state, e.reason
 }
@@ -307,7 +308,7 @@ func (s *Supervisor) ModelReady(_ context.Context, name string, version int64) e
 		return err
 	}
 	if !mv.ready() {
-		return backendapi.Errorf(backendapi.Unavailable, "Model '%s' version %d is not ready: no stub is running", name, mv.version)
+		return backendapi.Errorf(backendapi.Unavailable, "Model '%s' version %d is not ready: %s", name, mv.version, mv.unavailableReason())
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ package main
 // -9, hung models, SIGTERM mid-work) and what the server promises back.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -239,5 +240,75 @@ func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Errorf("the in-flight request got no answer after the server exited")
+	}
+}
+
+// A model whose stub dies after it loaded and whose initialize then fails
+// on every restart: the repository index, readiness and /v2/stubs all say
+// UNAVAILABLE, each with the cause.
+func TestFaultCrashLoopingModelOneState(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "started")
+	httpWriteModel(t, repo, "crash_loop", httpFP32Config("crash_loop", ""), map[string]string{"model.py": `
+import os, threading, time
+
+class TritonPythonModel:
+    def initialize(self, args):
+        if os.path.exists(` + strconv.Quote(marker) + `):
+            raise RuntimeError("crash_loop refuses to start again")
+        open(` + strconv.Quote(marker) + `, "w").close()
+        threading.Thread(target=lambda: (time.sleep(0.3), os._exit(3)), daemon=True).start()
+
+    def execute(self, requests):
+        return []
+`})
+	s := startServer(t, repo, "--stub-restart-backoff", "50ms", "--stub-restart-backoff-max", "200ms")
+	const cause = "crash_loop refuses to start again"
+	type indexEntry struct {
+		Name, Version, State, Reason string
+	}
+	type stubsEntry struct {
+		Model, Version, State, Reason string
+		Stubs                         []struct {
+			State     string `json:"state"`
+			LastCause string `json:"last_exit_cause"`
+		}
+	}
+	sample := func() (indexEntry, int, stubsEntry) {
+		code, body := s.postJSON("/v2/repository/index", map[string]any{})
+		if code != 200 {
+			t.Fatalf("index: %d %s", code, body)
+		}
+		var idx []indexEntry
+		if err := json.Unmarshal(body, &idx); err != nil || len(idx) != 1 {
+			t.Fatalf("index: %v %s", err, body)
+		}
+		ready, _, _ := s.do("GET", "/v2/models/crash_loop/ready", nil)
+		var st []stubsEntry
+		s.getJSON("/v2/models/crash_loop/stubs", &st)
+		if len(st) != 1 {
+			t.Fatalf("stubs: %+v", st)
+		}
+		return idx[0], ready, st[0]
+	}
+	waitFor(t, 30*time.Second, "the model to crash and fail to restart", func() bool {
+		_, _, st := sample()
+		return len(st.Stubs) == 1 && strings.Contains(st.Stubs[0].LastCause, cause)
+	})
+	for range 5 {
+		idx, ready, st := sample()
+		if idx.State != "UNAVAILABLE" || !strings.Contains(idx.Reason, cause) {
+			t.Errorf("index: %+v, want UNAVAILABLE naming %q", idx, cause)
+		}
+		if ready != http.StatusBadRequest {
+			t.Errorf("model readiness: %d, want 400", ready)
+		}
+		if st.State != "UNAVAILABLE" || !strings.Contains(st.Reason, cause) {
+			t.Errorf("/v2/stubs: state %q reason %q, want UNAVAILABLE naming %q", st.State, st.Reason, cause)
+		}
+		if code, _, _ := s.do("GET", "/v2/health/ready", nil); code != http.StatusBadRequest {
+			t.Errorf("server readiness: %d, want 400 (strict readiness, a model unavailable)", code)
+		}
 	}
 }
