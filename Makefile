@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble clean
+.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
 
 all: build
 
@@ -45,9 +45,12 @@ test: deps vet test-python test-go test-race
 test-go: build
 	$(GO) test -count=1 -timeout 20m ./...
 
-# The concurrent core once more under the race detector.
+# The concurrent core and the front ends once more under the race
+# detector, and the end-to-end case of clients cancelling mid-request
+# against a binary built with it.
 test-race:
-	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/...
+	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest' ./cmd/stubvisor/
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python
@@ -73,6 +76,11 @@ bench-shm: build
 
 bench-ensemble: build
 	$(GO) run ./cmd/stubvisor-bench ensemble
+
+# soak is not part of test: 5 minutes of mixed HTTP/gRPC load while stubs
+# are killed at random (SOAK_ARGS=-duration=30s for a short run).
+soak: build
+	$(GO) run ./cmd/stubvisor-bench soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(BIN)

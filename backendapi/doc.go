@@ -16,11 +16,9 @@
 //     InferStream has returned. The backend reads them while the call
 //     runs and copies what it sends to a stub (input bytes go into the
 //     stub's shared memory), so it keeps nothing of the request after
-//     returning. One exception is known and not yet closed: a request
-//     whose ctx ends while its inputs are being copied to a stub, or whose
-//     stub answers after the caller gave up, is still read by the core for
-//     that copy, or to match the late answer against the request's
-//     outputs, after Infer has returned.
+//     returning, even when it returns because ctx ended: a caller that
+//     gives up waits for a copy in progress to end, and an answer the stub
+//     sends after that is dropped unread.
 //   - Responses. The InferResponse that Infer returns belongs to the
 //     caller until it calls Release: its output bytes may be a view of a
 //     stub's shared memory, which goes back to the stub at Release, so

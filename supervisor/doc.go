@@ -80,14 +80,17 @@
 //  4. sequenceBatcher.mu; dynamicBatcher.mu: their queues.
 //  5. instance.mu: the instance's stub, state and counters.
 //  6. stubProc.relMu: output blocks waiting to be handed back.
-//  7. stubProc.sendMu: taking a batch id and sending the batch, one step
+//  7. pending.reqMu: the core's use of a request its caller may leave
+//     (prepare, building a response; pending.hold); held across copying
+//     inputs and, on error paths, a Release sent to the stub.
+//  8. stubProc.sendMu: taking a batch id and sending the batch, one step
 //     (so ids follow the ring's order); held across the Send.
-//  8. stubProc.mu: the request table (batches, requests, calls, refs).
-//  9. pending.mu: one request's end (respond runs the stream callback and
+//  9. stubProc.mu: the request table (batches, requests, calls, refs).
+//  10. pending.mu: one request's end (respond runs the stream callback and
 //     onEnd after unlocking).
-//  10. stubShm.mu: one stub's mapped client regions, then
-//  11. clientShm.mu: the client region registry.
-//  12. Leaves, never held while taking another: modelVersion.mu (RW; the
+//  11. stubShm.mu: one stub's mapped client regions, then
+//  12. clientShm.mu: the client region registry.
+//  13. Leaves, never held while taking another: modelVersion.mu (RW; the
 //     closing flag), stats.mu, the merger's mutex in CustomMetrics, and
 //     the two mutexes of package cuda (its driver and each opened handle),
 //     ensRun.mu (its event queue).

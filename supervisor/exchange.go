@@ -157,11 +157,12 @@ func (p *stubProc) execute(b *batch) {
 	live := make([]*pending, 0, len(b.items))
 	now := time.Now()
 	for _, pr := range b.items {
-		if pr.gone() {
+		if pr.gone() || !pr.hold() {
 			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
 			continue
 		}
 		r, err := p.prepare(pr)
+		pr.unhold()
 		if err != nil {
 			mv.finish(pr, nil, err, true)
 			continue
@@ -246,7 +247,7 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 			p.freeOwn(pr.inputs)
 			return r, err
 		}
-		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: ipc.LocArena0, Size: uint64(len(data))}
+		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: slices.Clone(in.Shape), Loc: ipc.LocArena0, Size: uint64(len(data))}
 		if len(data) > 0 {
 			off, buf, err := p.conn.Alloc(uint64(len(data)))
 			if err != nil {

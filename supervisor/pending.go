@@ -51,6 +51,12 @@ type pending struct {
 	// onEnd runs once when the request ends (clientshm.go: releases the
 	// client regions it used).
 	onEnd func()
+	// reqMu is held while the supervisor reads req after the request was
+	// queued (copying inputs, building a response): a front end may reuse
+	// req as soon as Infer returns, so a caller that leaves (leave) waits
+	// for such a use to end, and none starts after it.
+	reqMu sync.Mutex
+	left  bool
 	// filler marks a request the sequence batcher made up to keep a
 	// direct batch's slots in place: no caller, no statistics, and its
 	// responses are dropped.
@@ -198,8 +204,8 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 		return p.resp, p.err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.ended {
+		p.mu.Unlock()
 		return p.resp, p.err
 	}
 	p.abandoned = true
@@ -210,7 +216,31 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 		// behalf, or a queued request could wait for the watchdog's drain.
 		go sp.readFor(p.done)
 	}
-	return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
+	p.mu.Unlock()
+	err := backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", p.req.ModelName, p.ctx.Err())
+	p.leave()
+	return nil, err
+}
+
+// hold starts a use of req by the supervisor; it fails once the caller
+// left. unhold ends the use.
+func (p *pending) hold() bool {
+	p.reqMu.Lock()
+	if p.left {
+		p.reqMu.Unlock()
+		return false
+	}
+	return true
+}
+
+func (p *pending) unhold() { p.reqMu.Unlock() }
+
+// leave is called by a caller that stops waiting: once it returns, the
+// supervisor does not touch req any more (see reqMu).
+func (p *pending) leave() {
+	p.reqMu.Lock()
+	p.left = true
+	p.reqMu.Unlock()
 }
 
 // gone reports whether nobody waits for the request any more.

@@ -20,6 +20,12 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64, final b
 		p.release(offs)
 		return nil, backendapi.Errorf(backendapi.Code(r.Error.Code), "%s", r.Error.Message)
 	}
+	if !pr.hold() {
+		// The caller left: its request may already serve another.
+		p.release(offs)
+		return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled", p.inst.mv.name)
+	}
+	defer pr.unhold()
 	mv := p.inst.mv
 	resp := &backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: make([]backendapi.OutputTensor, 0, len(r.Outputs))}
 	if r.ParametersJSON != "" && r.ParametersJSON != "{}" {

@@ -180,6 +180,11 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 		return err
 	}
 	nr.Inputs = append(append(make([]backendapi.InputTensor, 0, len(req.Inputs)+len(inputs)), req.Inputs...), inputs...)
+	for i := range req.Inputs {
+		// Fillers copy the shapes of queued requests whose callers may
+		// have left (and reused their requests) by then.
+		nr.Inputs[i].Shape = slices.Clone(req.Inputs[i].Shape)
+	}
 	pr.req = &nr
 	if s.lanes == nil {
 		for _, inst := range s.mv.instances {

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -130,7 +131,7 @@ func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion
 		if reg.cuda != nil {
 			loc = ipc.LocCUDA
 		}
-		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: in.Shape, Loc: loc,
+		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: slices.Clone(in.Shape), Loc: loc,
 			Offset: in.SharedMemory.Offset, Size: in.SharedMemory.ByteSize, RegionID: reg.id}
 	}
 	for _, o := range pr.req.Outputs {

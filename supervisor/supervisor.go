@@ -416,6 +416,7 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
 		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		pr.leave()
 	}
 	return nil
 }

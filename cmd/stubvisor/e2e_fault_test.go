@@ -7,7 +7,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -248,5 +251,53 @@ func TestFaultInflightRequestBudget(t *testing.T) {
 	}
 	if err := grpcInfer(n, 0); err != nil {
 		t.Errorf("gRPC request after the budget freed: %v", err)
+	}
+}
+
+// Clients that give up mid-request, over HTTP and gRPC, while their
+// requests run, wait in a stub's ring or wait in the model's queue: each
+// gets its cancellation, the server keeps serving, and (under make test's
+// -race run, where the binary is built with the race detector) nothing
+// touches a pooled request after its caller left.
+func TestFaultClientsCancelMidRequest(t *testing.T) {
+	pythonOK(t)
+	repo := t.TempDir()
+	httpWriteModel(t, repo, "one", httpFP32Config("one", ""), map[string]string{"model.py": faultSleepModel})
+	httpWriteModel(t, repo, "two", httpFP32Config("two", "instance_group [{ kind: KIND_CPU count: 2 }]"), map[string]string{"model.py": faultSleepModel})
+	s := startServer(t, repo)
+	_, client := grpcClient(t, s)
+	hc := &http.Client{}
+	var wg sync.WaitGroup
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			model := []string{"one", "two"}[i%2]
+			// Requests run 0.2 s and callers give up after 0.05 to 0.3 s:
+			// some leave while running, some while queued, some never.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(50+i*10)*time.Millisecond)
+			defer cancel()
+			if i%3 == 0 {
+				_, _ = client.ModelInfer(ctx, &pb.ModelInferRequest{
+					ModelName:        model,
+					Parameters:       map[string]*pb.InferParameter{"sleep": {ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: 0.2}}},
+					Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{3}}},
+					RawInputContents: [][]byte{make([]byte, 12)},
+				})
+				return
+			}
+			body, _ := json.Marshal(sleepRequest(0.2))
+			req, _ := http.NewRequestWithContext(ctx, "POST", s.HTTP+"/v2/models/"+model+"/infer", bytes.NewReader(body))
+			if resp, err := hc.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, model := range []string{"one", "two"} {
+		if r := postInfer(s.HTTP, model, sleepRequest(0)); r.err != nil || r.code != 200 {
+			t.Errorf("%s after the cancellations: %d %s %v", model, r.code, r.body, r.err)
+		}
 	}
 }

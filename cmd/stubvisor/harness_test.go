@@ -39,7 +39,13 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "stubvisor")
-	out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+	args := []string{"build", "-o", binPath}
+	if raceEnabled {
+		// Under -race the binary is checked too: a race it reports fails
+		// the test that started it (startServer).
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build stubvisor: %v\n%s", err, out)
 		return 1
@@ -119,6 +125,9 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 		s.Stop()
 		if t.Failed() {
 			t.Logf("server log:\n%s", s.Log())
+		}
+		if strings.Contains(s.Log(), "WARNING: DATA RACE") {
+			t.Errorf("the race detector found a race in stubvisor:\n%s", s.Log())
 		}
 		assertNoStubs(t, s.cmd.Process.Pid)
 		assertShmUnchanged(t, shmBefore)
