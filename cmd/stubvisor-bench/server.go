@@ -16,23 +16,29 @@ import (
 	"time"
 )
 
-// benchServer is a stubvisor process under test with one listener (HTTP
-// or gRPC) on a kernel-chosen port; the others are off.
+// benchServer is a stubvisor process under test with the listeners it was
+// started with (HTTP, gRPC, metrics) on kernel-chosen ports; the others
+// are off.
 type benchServer struct {
 	cmd    *exec.Cmd
-	addr   string // host:port of the listener
+	addr   string            // host:port of the first listener asked for
+	addrs  map[string]string // every listener's host:port, by service
 	exited chan struct{}
 }
 
 var listenRE = regexp.MustCompile(`listening: service=(\S+) address=(\S+)`)
 
-// startBenchServer starts bin on repo serving only service ("HTTP" or
-// "gRPC") and waits (up to 2 minutes) until every model is loaded.
+// startBenchServer starts bin on repo serving only service ("HTTP",
+// "gRPC", "metrics", or several joined by "+") and waits (up to 2
+// minutes) until every model is loaded.
 func startBenchServer(bin, repo, cache, service string, extra ...string) (*benchServer, error) {
-	port := map[string]string{"HTTP": "-1", "gRPC": "-1"}
-	port[service] = "0"
+	port := map[string]string{"HTTP": "-1", "gRPC": "-1", "metrics": "-1"}
+	services := strings.Split(service, "+")
+	for _, svc := range services {
+		port[svc] = "0"
+	}
 	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
-		"--http-port", port["HTTP"], "--grpc-port", port["gRPC"], "--metrics-port", "-1",
+		"--http-port", port["HTTP"], "--grpc-port", port["gRPC"], "--metrics-port", port["metrics"],
 		"--cache-dir", cache}, extra...)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
@@ -43,14 +49,14 @@ func startBenchServer(bin, repo, cache, service string, extra ...string) (*bench
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &benchServer{cmd: cmd, exited: make(chan struct{})}
-	ready := make(chan string, 1)
+	p := &benchServer{cmd: cmd, exited: make(chan struct{}), addrs: map[string]string{}}
+	ready := make(chan map[string]string, 1)
 	var logMu sync.Mutex
 	var log strings.Builder
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		addr := ""
+		addrs := map[string]string{}
 		for sc.Scan() {
 			line := sc.Text()
 			logMu.Lock()
@@ -58,11 +64,11 @@ func startBenchServer(bin, repo, cache, service string, extra ...string) (*bench
 				log.WriteString(line + "\n")
 			}
 			logMu.Unlock()
-			if m := listenRE.FindStringSubmatch(line); m != nil && m[1] == service {
-				addr = m[2]
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addrs[m[1]] = m[2]
 			}
 			if strings.Contains(line, "stubvisor started") {
-				ready <- addr
+				ready <- addrs
 			}
 		}
 	}()
@@ -71,11 +77,14 @@ func startBenchServer(bin, repo, cache, service string, extra ...string) (*bench
 		close(p.exited)
 	}()
 	select {
-	case p.addr = <-ready:
-		if p.addr == "" {
-			p.stop()
-			return nil, fmt.Errorf("stubvisor started without a %s listener", service)
+	case p.addrs = <-ready:
+		for _, svc := range services {
+			if p.addrs[svc] == "" {
+				p.stop()
+				return nil, fmt.Errorf("stubvisor started without a %s listener", svc)
+			}
 		}
+		p.addr = p.addrs[services[0]]
 		return p, nil
 	case <-p.exited:
 		logMu.Lock()
