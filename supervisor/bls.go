@@ -247,14 +247,15 @@ func (p *stubProc) childTrace(m *ipc.InferExecMsg, version int64) *backendapi.Tr
 	var parent *pending
 	p.mu.Lock()
 	for _, pr := range p.requests {
-		if tr := pr.req.Trace; tr != nil && tr.Context == m.Request.TraceContext {
+		if tr := pr.trace; tr != nil && tr.Context == m.Request.TraceContext {
 			parent = pr
 			break
 		}
 	}
 	p.mu.Unlock()
-	if parent == nil || parent.req.Trace.Child == nil {
-		return nil
+	if parent == nil || parent.trace.Child == nil || !parent.hold() {
+		return nil // none, or its caller left (and its trace with it)
 	}
-	return parent.req.Trace.Child(m.ModelName, version, parent.started)
+	defer parent.unhold()
+	return parent.trace.Child(m.ModelName, version, parent.started)
 }

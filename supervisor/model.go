@@ -247,7 +247,7 @@ func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err 
 		pr.respond(nil, nil, true)
 		return
 	}
-	if tr := pr.req.Trace; tr != nil {
+	if tr := pr.trace; tr != nil {
 		traceResponse(tr, pr, final || pr.stream == nil)
 	}
 	// Statistics are recorded before the caller hears of the end, so a

@@ -13,8 +13,11 @@ import (
 // pending is one request from the moment it is queued until its final
 // response. Exactly one of complete/fail ends it; both are idempotent.
 type pending struct {
-	ctx     context.Context
-	req     *backendapi.InferRequest
+	ctx context.Context
+	req *backendapi.InferRequest
+	// trace is req.Trace, kept apart because req may be read only under
+	// hold once the request is queued.
+	trace   *backendapi.Trace
 	batch   int64 // the request's batch size (1 without batching)
 	queued  time.Time
 	started time.Time // handed to a stub
@@ -69,7 +72,7 @@ type pending struct {
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
-	return &pending{ctx: ctx, req: req, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
+	return &pending{ctx: ctx, req: req, trace: req.Trace, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
 }
 
 // respond delivers one response. It reports whether the caller took the
