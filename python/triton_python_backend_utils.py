@@ -413,29 +413,41 @@ def get_model_dir():
     return _require_runtime("get_model_dir()").model_dir
 
 
-_MODEL_CONTROL_TEXT = (
-    "{} is not supported: the model loading API needs the server to run in "
-    "explicit model-control mode (--model-control-mode=explicit) and to offer "
-    "model control to Python models, which this server does not do yet."
-)
+# The model loading API: the server's repository operations, from a model
+# (initialize or execute). Load and unload need explicit model-control
+# mode, as the repository endpoints do; errors raise TritonModelException.
 
 
 def load_model(model_name, config="", files=None):
-    if model_name is None:
-        raise TypeError("load_model(): model_name must not be None")
-    raise TritonModelException(_MODEL_CONTROL_TEXT.format("load_model"))
+    """Load or reload model_name; config (model config JSON) and files
+    ({"file:<version>/<name>": bytes}) override the repository's."""
+    if model_name is None or config is None:
+        raise TypeError("load_model(): arguments must not be None")
+    name = _text(model_name, "model_name", "load_model")
+    options = {"config": _text(config, "config", "load_model")}
+    if files:
+        if not isinstance(files, dict):
+            raise TypeError("load_model(): files must be a dict of str to bytes")
+        options["files"] = {_text(k, "files", "load_model"): bytes(v) for k, v in files.items()}
+    _require_runtime("load_model()").model_control("load", name, options)
 
 
 def unload_model(model_name, unload_dependents=False):
-    if model_name is None:
-        raise TypeError("unload_model(): model_name must not be None")
-    raise TritonModelException(_MODEL_CONTROL_TEXT.format("unload_model"))
+    """Unload model_name (and, when asked, the models that depend on it)."""
+    if model_name is None or unload_dependents is None:
+        raise TypeError("unload_model(): arguments must not be None")
+    name = _text(model_name, "model_name", "unload_model")
+    _require_runtime("unload_model()").model_control("unload", name, {"unload_dependents": bool(unload_dependents)})
 
 
 def is_model_ready(model_name, model_version=""):
-    if model_name is None:
-        raise TypeError("is_model_ready(): model_name must not be None")
-    raise TritonModelException(_MODEL_CONTROL_TEXT.format("is_model_ready"))
+    """Whether model_name (the version given as a string, or the latest)
+    is loaded and can serve."""
+    if model_name is None or model_version is None:
+        raise TypeError("is_model_ready(): arguments must not be None")
+    name = _text(model_name, "model_name", "is_model_ready")
+    version = _text(model_version, "model_version", "is_model_ready")
+    return bool(_require_runtime("is_model_ready()").model_control("is_ready", name, {"version": version}))
 
 
 # ---------------------------------------------------------------------------
@@ -974,14 +986,14 @@ class InferenceResponseSender:
         return self._closed
 
 
-def _text(value, arg):
+def _text(value, arg, where="InferenceRequest"):
     """A string argument as Triton's bindings take it: str, or bytes (a
     value read from a BYTES tensor, say) decoded as UTF-8."""
     if isinstance(value, str):
         return str(value)
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "surrogateescape")
-    raise TypeError("InferenceRequest(): argument '%s' must be a string, found %s" % (arg, type(value)))
+    raise TypeError("%s(): argument '%s' must be a string, found %s" % (where, arg, type(value)))
 
 
 class InferenceRequest:

@@ -73,9 +73,11 @@
 // most are leaves, held for a few field updates and never across a send on
 // a ring, a wait on a channel, or a call into a response's callback.
 //
-//  1. Supervisor.loadMu: serialises load and unload (repository.go).
+//  1. The lock of one model name (loadlock.go): serialises that model's
+//     load and unload; loads of different models run at once, so a
+//     model's initialize may load another (pb_utils.load_model).
 //  2. prepMu (runtime.go): preparing interpreters and Go binaries; taken
-//     under loadMu, never with Supervisor.mu.
+//     under a model's load lock, never with Supervisor.mu.
 //  3. Supervisor.mu (RW): the model table.
 //  4. sequenceBatcher.mu; dynamicBatcher.mu: their queues.
 //  5. instance.mu: the instance's stub, state and counters.
@@ -95,7 +97,7 @@
 //     the two mutexes of package cuda (its driver and each opened handle),
 //     ensRun.mu (its event queue).
 //
-// Observed nestings: loadMu > Supervisor.mu (load, Close); Supervisor.mu >
+// Observed nestings: a model's load lock > Supervisor.mu (load); Supervisor.mu >
 // instance.mu, stubProc.mu (Ready, RepositoryIndex and Stubs read instance
 // states under it); sequenceBatcher.mu > instance.mu (pump, reap);
 // dynamicBatcher.mu > pending.mu (form calls gone); relMu > stubProc.mu

@@ -92,6 +92,8 @@ type procEnv struct {
 	// blsCancel cancels one (bls.go).
 	bls       func(*stubProc, *ipc.InferExecMsg)
 	blsCancel func(*stubProc, *ipc.InferCancelMsg)
+	// control serves the model loading API of pb_utils (modelctl.go).
+	control func(*stubProc, *ipc.ModelControlMsg)
 }
 
 // errStubExited is the sentinel for requests that a dying stub held.
@@ -151,7 +153,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	launched = true
 	p := &stubProc{
 		shm:  stubShm{life: lifeParent},
-		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls, blsCancel: sup.blsInferCancel},
+		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls, blsCancel: sup.blsInferCancel, control: sup.modelControl},
 		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
 		slots: make(chan struct{}, inst.mv.pipelineDepth), lead: make(chan struct{}, 1),

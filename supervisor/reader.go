@@ -113,6 +113,8 @@ func (p *stubProc) handle(m ipc.Message) {
 		p.freeOwn(m.Offsets)
 	case *ipc.InferCancelMsg:
 		p.env.blsCancel(p, m)
+	case *ipc.ModelControlMsg:
+		go p.env.control(p, m)
 	default:
 		p.log.Warn("unexpected message from stub", "kind", m.Kind())
 	}

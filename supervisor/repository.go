@@ -147,8 +147,10 @@ func (s *Supervisor) usedByEnsemble(model string) bool {
 
 // unload stops every version of a model.
 func (s *Supervisor) unload(name, reason string) {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
+	if !s.loads.lock(name) {
+		return // shutting down: Close stops every model
+	}
+	defer s.loads.unlock(name)
 	s.mu.Lock()
 	e := s.models[name]
 	if e == nil {
@@ -178,13 +180,22 @@ func (s *Supervisor) load(name string, opts backendapi.LoadOptions) error {
 	if s.closing.Load() {
 		return backendapi.Errorf(backendapi.Unavailable, "server is shutting down")
 	}
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	return s.loadLocked(name, opts, nil)
+	return s.lockAndLoad(name, opts, nil)
 }
 
-// loadLocked is load with s.loadMu held. chain lists the ensembles whose
-// load asked for this one, to refuse a cycle.
+// lockAndLoad takes name's load lock and loads it. A load holds only its
+// own model's lock, so a model's initialize may load another model, and
+// an ensemble's load takes the locks of the composing models it loads.
+func (s *Supervisor) lockAndLoad(name string, opts backendapi.LoadOptions, chain []string) error {
+	if !s.loads.lock(name) {
+		return backendapi.Errorf(backendapi.Unavailable, "server is shutting down")
+	}
+	defer s.loads.unlock(name)
+	return s.loadLocked(name, opts, chain)
+}
+
+// loadLocked is load with name's load lock held. chain lists the ensembles
+// whose load asked for this one, to refuse a cycle.
 func (s *Supervisor) loadLocked(name string, opts backendapi.LoadOptions, chain []string) (retErr error) {
 	dir, err := s.modelDir(name)
 	// A model that is not in any repository is created from a load request
@@ -286,7 +297,7 @@ func (s *Supervisor) loadDependencies(name string, cfg *inferencepb.ModelConfig,
 		if loaded {
 			continue
 		}
-		if err := s.loadLocked(dep, backendapi.LoadOptions{}, chain); err != nil {
+		if err := s.lockAndLoad(dep, backendapi.LoadOptions{}, chain); err != nil {
 			return backendapi.Errorf(backendapi.InvalidArg, "ensemble '%s' depends on '%s' which has no loaded version. Model '%s' loading failed with error: %s", name, dep, dep, backendapi.MessageOf(err))
 		}
 	}

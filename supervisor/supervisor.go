@@ -86,8 +86,8 @@ type Supervisor struct {
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry // every model seen in a repository or loaded
-	// loadMu serialises load and unload.
-	loadMu sync.Mutex
+	// loads serialises load and unload per model name (loadlock.go).
+	loads loadLocks
 
 	closing atomic.Bool
 	stopc   chan struct{}
@@ -205,8 +205,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	}
 	close(s.stopc)
 	s.pollWG.Wait()
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
+	s.loads.close()
 	s.mu.Lock()
 	var all []*modelVersion
 	for _, e := range s.models {

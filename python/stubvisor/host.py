@@ -176,6 +176,7 @@ class Host:
         self._main_waiting = False
         self._commands = collections.deque()
         self._calls = {}
+        self._controls = {}  # ModelControl id -> (error, value) once answered
         self._call_ids = itertools.count(1)
         self._cancelled = set()
         self._owned = set()
@@ -303,6 +304,11 @@ class Host:
                 for t in wire[3]:
                     if t[3] == _ARENA0 and t[5]:
                         self._pending_free.append(t[4])
+        elif kind == _K_CONTROL_RESULT:
+            with self._cond:
+                if msg[1] in self._controls:
+                    self._controls[msg[1]] = (msg[2], msg[3])
+                    self._cond.notify_all()
         elif kind == _K_MAP_REGION:
             if len(msg) > 6 and msg[5] is not None:
                 self._cuda.map(msg[2], msg[3], msg[4], msg[5], msg[6])
@@ -519,6 +525,21 @@ class Host:
             return True
         self._drain()
         return handle in self._cancelled
+
+    def model_control(self, op, name, options):
+        """Run one operation of the model loading API on the server and
+        return its value; a failure raises TritonModelException."""
+        call_id = next(self._call_ids)
+        controls = self._controls
+        with self._cond:
+            controls[call_id] = None
+        self._send([_K_MODEL_CONTROL, call_id, op, name, options])
+        self._wait(lambda: controls[call_id] is not None)
+        with self._cond:
+            error, value = controls.pop(call_id)
+        if error:
+            raise pb.TritonModelException(error[1])
+        return value
 
     def bls_allowed(self):
         return self.initialized and not self.finalizing

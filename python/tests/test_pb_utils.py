@@ -272,10 +272,14 @@ class RequestTest(unittest.TestCase):
         with self.assertRaisesRegex(pb.TritonModelException, "only available inside a model"):
             pb.get_model_dir()
 
-    def test_model_control_needs_explicit_mode(self):
+    def test_model_control_outside_stub(self):
         for fn, args in ((pb.load_model, ("m",)), (pb.unload_model, ("m",)), (pb.is_model_ready, ("m",))):
-            with self.subTest(fn.__name__), self.assertRaisesRegex(pb.TritonModelException, "explicit model-control"):
+            with self.subTest(fn.__name__), self.assertRaisesRegex(pb.TritonModelException, "only available inside"):
                 fn(*args)
+        with self.assertRaises(TypeError):
+            pb.load_model(None)
+        with self.assertRaises(TypeError):
+            pb.is_model_ready("m", 3)
 
 
 class _Recorder:

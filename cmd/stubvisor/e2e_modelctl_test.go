@@ -1,0 +1,108 @@
+package main
+
+// End-to-end test of the model loading API of pb_utils (load_model,
+// unload_model, is_model_ready) called from a model.py:
+// testdata/models/model_control.
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+)
+
+// doubleModel is a model.py that answers OUTPUT0 = 2 * INPUT0, loaded
+// through load_model's file override.
+const doubleModel = `import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", 2 * pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+                for r in requests]
+`
+
+func TestModelLoadingAPI(t *testing.T) {
+	pythonOK(t)
+	repo := copyRepo(t, "model_control", "add_sub", "identity_fp32")
+	// Only model_control is asked for; its initialize loads add_sub.
+	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "model_control")
+
+	// control runs one operation from inside model_control's execute and
+	// returns its RESULT, or the error text.
+	control := func(params map[string]any) (bool, string) {
+		t.Helper()
+		code, body := s.postJSON("/v2/models/model_control/infer", map[string]any{"parameters": params, "inputs": []any{}})
+		if code != http.StatusOK {
+			return false, errorText(body)
+		}
+		var r struct {
+			Outputs []struct {
+				Data []bool `json:"data"`
+			} `json:"outputs"`
+		}
+		if err := json.Unmarshal(body, &r); err != nil || len(r.Outputs) != 1 || len(r.Outputs[0].Data) != 1 {
+			t.Fatalf("model_control answered %s", body)
+		}
+		return r.Outputs[0].Data[0], ""
+	}
+	ready := func(model string) int {
+		t.Helper()
+		code, _, _ := s.do("GET", "/v2/models/"+model+"/ready", nil)
+		return code
+	}
+	identity := func(model string) []float32 {
+		t.Helper()
+		code, body := s.postJSON("/v2/models/"+model+"/infer", map[string]any{"inputs": []map[string]any{
+			{"name": "INPUT0", "datatype": "FP32", "shape": []int{2}, "data": []float32{1.5, -3}}}})
+		var a blsAnswer
+		if code != http.StatusOK || json.Unmarshal(body, &a) != nil {
+			t.Fatalf("%s: %d %s", model, code, body)
+		}
+		return a.output("OUTPUT0")
+	}
+
+	if code := ready("add_sub"); code != http.StatusOK {
+		t.Fatalf("add_sub, loaded by model_control's initialize: ready answered %d", code)
+	}
+	steps := []struct {
+		name   string
+		params map[string]any
+		want   bool
+		err    string
+	}{
+		{"is_ready of a loaded model", map[string]any{"op": "is_ready", "model": "add_sub"}, true, ""},
+		{"is_ready of a version that is not loaded", map[string]any{"op": "is_ready", "model": "add_sub", "version": "7"}, false, ""},
+		{"unload", map[string]any{"op": "unload", "model": "add_sub"}, true, ""},
+		{"is_ready after unload", map[string]any{"op": "is_ready", "model": "add_sub"}, false, ""},
+		{"is_ready of an unknown model", map[string]any{"op": "is_ready", "model": "no_such_model"}, false, ""},
+		{"load", map[string]any{"op": "load", "model": "identity_fp32"}, true, ""},
+		{"is_ready after load", map[string]any{"op": "is_ready", "model": "identity_fp32", "version": "1"}, true, ""},
+		{"load of a model not in the repository", map[string]any{"op": "load", "model": "no_such_model"}, false,
+			"failed to poll from model repository"},
+		{"files without config", map[string]any{"op": "load", "model": "identity_fp32", "file:1/model.py": doubleModel}, false,
+			"failed to load 'identity_fp32', the model configuration must be provided when model files are provided"},
+	}
+	for _, st := range steps {
+		got, err := control(st.params)
+		if got != st.want || err != st.err {
+			t.Fatalf("%s: got %v %q, want %v %q", st.name, got, err, st.want, st.err)
+		}
+	}
+	if code := ready("add_sub"); code == http.StatusOK {
+		t.Fatal("add_sub is still ready after unload_model")
+	}
+	if got := identity("identity_fp32"); !sameFloats(got, []float32{1.5, -3}) {
+		t.Fatalf("identity_fp32 loaded by load_model answered %v", got)
+	}
+
+	// A config and file override replace the model's files.
+	cfg := `{"name": "identity_fp32", "backend": "python", "max_batch_size": 0,
+		"input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+		"output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}]}`
+	if _, err := control(map[string]any{"op": "load", "model": "identity_fp32", "config": cfg, "file:1/model.py": doubleModel}); err != "" {
+		t.Fatalf("load with overrides: %s", err)
+	}
+	if got := identity("identity_fp32"); !sameFloats(got, []float32{3, -6}) {
+		t.Fatalf("identity_fp32 reloaded with a model.py override answered %v, want [3 -6]", got)
+	}
+}
