@@ -71,6 +71,10 @@ type Kind uint8
 // The stub frees a response's outputs (arena 1) when the supervisor sends
 // Release for them.
 //
+// The Result of Initialize is {"is_ready": true} when the model defines
+// its own readiness check (is_ready(), backendapi.ReadyChecker), which
+// IsReady then runs; nil otherwise.
+//
 // Initialize options: "model_file" (path of model.py or the Go binary),
 // "decoupled" (bool), "force_cpu_only_input_tensors" (bool). AutoComplete
 // options: "model_file". Unknown options are ignored.

@@ -338,7 +338,12 @@ func (h *host) initialize(m *ipc.InitializeMsg) {
 		return
 	}
 	h.initialized = true
-	h.send(&ipc.ResultMsg{ID: m.ID})
+	// Tell the supervisor whether readiness requests must ask the model.
+	var value any
+	if _, ok := h.model.(backendapi.ReadyChecker); ok {
+		value = map[string]any{"is_ready": true}
+	}
+	h.send(&ipc.ResultMsg{ID: m.ID, Value: value})
 }
 
 func (h *host) ready() bool {

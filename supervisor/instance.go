@@ -24,6 +24,8 @@ type instance struct {
 	// direct carries batches that must run on this instance (sequences).
 	direct     chan *batch
 	executions atomic.Uint64
+	// readiness runs the model's own is_ready() (readiness.go).
+	readiness userReadiness
 
 	mu       sync.Mutex
 	state    backendapi.StubState
@@ -89,6 +91,7 @@ func (inst *instance) launch() (*stubProc, error) {
 		<-p.exited
 		return nil, err
 	}
+	p.readyFn = hasReadyFn(res.Value)
 	inst.mu.Lock()
 	inst.proc = p
 	inst.state = backendapi.StubReady

@@ -37,6 +37,9 @@ type stubProc struct {
 	pid  int
 
 	started time.Time
+	// readyFn: the model defines its own readiness check (is_ready()),
+	// as its Initialize answer said; set before the process serves.
+	readyFn bool
 	exited  chan struct{} // closed once the process is reaped and the region marked dead
 	// released is closed once the region is unmapped and its fd closed.
 	released chan struct{}

@@ -309,7 +309,7 @@ func (s *Supervisor) ModelReady(_ context.Context, name string, version int64) e
 	if !mv.ready() {
 		return backendapi.Errorf(backendapi.Unavailable, "Model '%s' version %d is not ready: %s", name, mv.version, mv.unavailableReason())
 	}
-	return nil
+	return mv.userReady()
 }
 
 // ModelMetadata implements backendapi.Backend.

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
 // doubleModel is a model.py that answers OUTPUT0 = 2 * INPUT0, loaded
@@ -104,5 +106,57 @@ func TestModelLoadingAPI(t *testing.T) {
 	}
 	if got := identity("identity_fp32"); !sameFloats(got, []float32{3, -6}) {
 		t.Fatalf("identity_fp32 reloaded with a model.py override answered %v, want [3 -6]", got)
+	}
+}
+
+// TestUserReadiness checks that a model's own is_ready() decides its
+// readiness over HTTP and gRPC, as in Triton: False, an exception or no
+// answer within 5 s make it not ready, while inference goes on.
+func TestUserReadiness(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "readiness"))
+	_, c := grpcClient(t, s)
+	set := func(params map[string]any) {
+		t.Helper()
+		if code, body := s.postJSON("/v2/models/readiness/infer", map[string]any{"parameters": params, "inputs": []any{}}); code != http.StatusOK {
+			t.Fatalf("readiness infer: %d %s", code, body)
+		}
+	}
+	ready := func() (httpReady, grpcReady bool) {
+		t.Helper()
+		code, _, _ := s.do("GET", "/v2/models/readiness/ready", nil)
+		r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "readiness"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return code == http.StatusOK, r.Ready
+	}
+	for _, step := range []struct {
+		name   string
+		params map[string]any
+		want   bool
+	}{
+		{"is_ready() returns True", nil, true},
+		{"is_ready() returns False", map[string]any{"ready": false}, false},
+		{"is_ready() True again", map[string]any{"ready": true}, true},
+		{"is_ready() raises", map[string]any{"raise": true}, false},
+	} {
+		if step.params != nil {
+			set(step.params)
+		}
+		if h, g := ready(); h != step.want || g != step.want {
+			t.Fatalf("%s: HTTP ready %v, gRPC ready %v, want %v", step.name, h, g, step.want)
+		}
+	}
+	// A check slower than 5 s answers not ready; the next request waits for
+	// the check in flight instead of asking again, and gets its answer.
+	set(map[string]any{"raise": false, "sleep_ms": 6000})
+	code, _, _ := s.do("GET", "/v2/models/readiness/ready", nil)
+	if code == http.StatusOK {
+		t.Fatal("a readiness check that took 6 s answered ready")
+	}
+	r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "readiness"})
+	if err != nil || !r.Ready {
+		t.Fatalf("the check in flight answered %v %v, want ready", r, err)
 	}
 }

@@ -607,7 +607,8 @@ class Host:
             self._diag("ERROR", "Failed to initialize Python stub: " + text)
             self._reply(msg_id, [_INTERNAL, text], None)
             return
-        self._reply(msg_id, None, None)
+        # Tell the supervisor whether readiness requests must ask the model.
+        self._reply(msg_id, None, {"is_ready": True} if hasattr(self.model, "is_ready") else None)
 
     def _on_is_ready(self, msg):
         msg_id = msg[1]
