@@ -53,6 +53,7 @@ func sampleMessages() []Message {
 			{Handle: 9, Outputs: []Tensor{{Name: "SMALL", DataType: 11, Shape: []int64{2}, Loc: LocInline, Size: 8, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}}}}}},
 		&ExecuteDoneMsg{BatchID: 11, Error: &Error{Code: 13, Message: "execute raised"}, Responses: []Response{}},
 		&ExecuteDoneMsg{BatchID: 12, Responses: []Response{}, Rescheduled: []uint64{3, 1 << 40}},
+		&ExecuteDoneMsg{BatchID: 13, Responses: []Response{}, Rescheduled: []uint64{}, Open: []uint64{4}},
 		&LogMsg{Level: "error", Message: "line\nbreak", File: "model.py", Line: -1},
 		&InferExecMsg{ID: 12, ModelName: "bls_target", ModelVersion: -1, Request: req, Decoupled: true},
 		&FreeMsg{Offsets: []uint64{}},

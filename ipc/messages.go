@@ -50,6 +50,10 @@ type Kind uint8
 //	             present, are requests the model released with RESCHEDULE:
 //	             they live on and are sent again in a later Execute, with a
 //	             new handle.
+//	             [67, batch_id, Error|nil, [Response...], [handle...], [handle...]]
+//	             the sixth element, when present, lists requests of a model
+//	             that is not decoupled which execute left to a response
+//	             sender still open: their response comes later as Response.
 //	Log          [68, 0, level str, message str, file str, line int]
 //	InferExec    [69, id, model_name str, model_version int, Request, decoupled bool]
 //	             a BLS request from inside execute; inputs in arena 1 (the
@@ -280,13 +284,15 @@ type ResultMsg struct {
 // sender.
 type ResponseMsg struct{ Response Response }
 
-// ExecuteDoneMsg is [67, batch_id, Error|nil, [Response...], [handle...]];
-// the last element only when Rescheduled is not empty.
+// ExecuteDoneMsg is [67, batch_id, Error|nil, [Response...], [handle...],
+// [handle...]]; the last elements only when Rescheduled or Open is not
+// empty.
 type ExecuteDoneMsg struct {
 	BatchID     uint64
 	Error       *Error
 	Responses   []Response
 	Rescheduled []uint64 // handles of requests to run again
+	Open        []uint64 // handles whose response a response sender sends later
 }
 
 // LogMsg is [68, 0, level, message, file, line].

@@ -195,18 +195,24 @@ var codecs = [256]msgCodec{
 			return v, 3, r.response(&v.Response)
 		}),
 	KindExecuteDone: codec(4,
-		// Rescheduled handles, when there are any, are a fifth element.
+		// Rescheduled handles, when there are any, are a fifth element;
+		// Open handles, when there are any, a sixth.
 		func(_ *encoder, b []byte, m *ExecuteDoneMsg) ([]byte, error) {
 			n := 4
-			if len(m.Rescheduled) > 0 {
+			if len(m.Open) > 0 {
+				n = 6
+			} else if len(m.Rescheduled) > 0 {
 				n = 5
 			}
 			b = appendArrayLen(appendError(appendHead(b, n, KindExecuteDone, m.BatchID), m.Error), len(m.Responses))
 			for i := range m.Responses {
 				b = appendResponse(b, &m.Responses[i])
 			}
-			if n == 5 {
+			if n >= 5 {
 				b = appendUint64s(b, m.Rescheduled)
+			}
+			if n == 6 {
+				b = appendUint64s(b, m.Open)
 			}
 			return b, nil
 		},
@@ -218,8 +224,11 @@ var codecs = [256]msgCodec{
 			if err != nil || n < 5 {
 				return v, 4, err
 			}
-			v.Rescheduled, err = r.uint64s()
-			return v, 5, err
+			if v.Rescheduled, err = r.uint64s(); err != nil || n < 6 {
+				return v, 5, err
+			}
+			v.Open, err = r.uint64s()
+			return v, 6, err
 		}),
 	KindLog: codec(6,
 		func(_ *encoder, b []byte, m *LogMsg) ([]byte, error) {

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import weakref
+import weakref
 
 import numpy as np
 
@@ -937,33 +938,48 @@ _SEND_FLAG_TEXT = "Unable to send response. Unsupported flag provided."
 _SEND_NONE_TEXT = "Inference Response object must be provided when the response flags is set to zero."
 
 
+class _SendState:
+    """What has been sent for one request. It belongs to the request, so
+    every sender of the request shares it: a request holds its sender only
+    weakly (the sender holds the request), so that a sender the model drops
+    is freed at once and not at the next cyclic collection."""
+
+    __slots__ = ("lock", "closed", "sent")
+
+    def __init__(self, closed):
+        self.lock = threading.Lock()
+        self.closed = closed
+        self.sent = 0
+
+
 class InferenceResponseSender:
     """Sends responses for one request, from any thread. Decoupled models
     send 0..N responses and then FINAL; other models may send exactly one
     response (then FINAL) instead of returning it from execute."""
 
-    __slots__ = ("_rt", "_request", "_decoupled", "_lock", "_closed", "_sent")
+    __slots__ = ("_rt", "_request", "_decoupled", "_state", "__weakref__")
 
     def __init__(self, *args, **kwargs):
         raise TypeError("InferenceResponseSender cannot be created directly; use request.get_response_sender()")
 
     def _update(self, response, flags):
         # Triton's UpdateStateAndCounters, with its texts.
-        with self._lock:
+        state = self._state
+        with state.lock:
             if not self._decoupled:
-                if response is not None and self._sent > 0:
+                if response is not None and state.sent > 0:
                     raise TritonModelException(
                         "Unable to send response. Non-decoupled model cannot send more than one response."
                     )
-                if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and self._sent == 0:
+                if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and state.sent == 0:
                     raise TritonModelException(
                         "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
                     )
-            if self._closed:
+            if state.closed:
                 raise TritonModelException("Unable to send response. Response sender has been closed.")
             if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-                self._closed = True
-            self._sent += 1
+                state.closed = True
+            state.sent += 1
 
     def send(self, response=None, flags=0):
         if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
@@ -979,11 +995,11 @@ class InferenceResponseSender:
         return self._request.is_cancelled()
 
     def _close(self):
-        with self._lock:
-            self._closed = True
+        with self._state.lock:
+            self._state.closed = True
 
     def _is_closed(self):
-        return self._closed
+        return self._state.closed
 
 
 def _text(value, arg, where="InferenceRequest"):
@@ -1014,6 +1030,7 @@ class InferenceRequest:
         "_preferred_memory",
         "_trace",
         "_sender",
+        "_send_state",
         "_release_flags",
         "_rt",
         "_final",
@@ -1076,6 +1093,7 @@ class InferenceRequest:
         self._preferred_memory = preferred_memory
         self._trace = trace
         self._sender = None
+        self._send_state = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._rt = None
         self._final = False
@@ -1111,7 +1129,8 @@ class InferenceRequest:
         return self._model_name
 
     def get_response_sender(self):
-        sender = self._sender
+        ref = self._sender
+        sender = ref() if ref is not None else None
         if sender is None:
             rt = self._rt
             if rt is None:
@@ -1122,12 +1141,13 @@ class InferenceRequest:
             sender._rt = rt
             sender._request = self
             sender._decoupled = rt.decoupled
-            sender._lock = threading.Lock()
-            # A request whose response execute already returned (or whose
-            # batch failed) takes no more responses.
-            sender._closed = self._final
-            sender._sent = 0
-            self._sender = sender
+            state = self._send_state
+            if state is None:
+                # A request whose response execute already returned (or
+                # whose batch failed) takes no more responses.
+                state = self._send_state = _SendState(self._final)
+            sender._state = state
+            self._sender = weakref.ref(sender)
         return sender
 
     def is_cancelled(self):
@@ -1172,6 +1192,7 @@ def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, req
     r._preferred_memory = _DEFAULT_PREFERRED_MEMORY
     r._trace = _DEFAULT_TRACE
     r._sender = None
+    r._send_state = None
     r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     r._rt = rt
     r._final = False

@@ -362,6 +362,9 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 			p.inst.mv.finish(pr, nil, backendapi.Errorf(backendapi.InvalidArg, msgRescheduleRefused), true)
 			continue
 		}
+		if execErr == nil && slices.Contains(m.Open, pr.handle) {
+			continue // its response sender answers later (deliver ends it)
+		}
 		if execErr != nil || !p.inst.mv.decoupled {
 			err := execErr
 			if err == nil {

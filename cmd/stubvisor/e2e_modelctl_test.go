@@ -7,7 +7,10 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
@@ -158,5 +161,45 @@ func TestUserReadiness(t *testing.T) {
 	r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "readiness"})
 	if err != nil || !r.Ready {
 		t.Fatalf("the check in flight answered %v %v, want ready", r, err)
+	}
+}
+
+// TestResponseSenderNotDecoupled checks that a model that is not decoupled
+// may answer through its response sender and return None, during execute
+// or after it returned, as in Triton; a sender dropped unused fails the
+// request instead of leaving the client waiting.
+func TestResponseSenderNotDecoupled(t *testing.T) {
+	pythonOK(t)
+	s := startServer(t, copyRepo(t, "sender_once"))
+	_, c := grpcClient(t, s)
+	for _, tc := range []struct {
+		mode, err string
+	}{
+		{"during", ""},
+		{"after", ""},
+		{"drop", "the response sender of the request was released without sending a response"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			code, body := s.postJSON("/v2/models/sender_once/infer", map[string]any{"parameters": map[string]any{"mode": tc.mode}, "inputs": []any{}})
+			if tc.err != "" {
+				if code != http.StatusInternalServerError || errorText(body) != tc.err {
+					t.Fatalf("HTTP: %d %s, want 500 %q", code, body, tc.err)
+				}
+			} else if code != http.StatusOK || !strings.Contains(string(body), `"data":[1]`) {
+				t.Fatalf("HTTP: %d %s", code, body)
+			}
+			resp, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "sender_once",
+				Parameters: map[string]*pb.InferParameter{"mode": {ParameterChoice: &pb.InferParameter_StringParam{StringParam: tc.mode}}}})
+			if tc.err != "" {
+				wantStatus(t, err, codes.Internal, tc.err)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, raw := outputByName(t, resp, "OUT"); string(raw) != string(le32i(1)) {
+				t.Fatalf("gRPC OUT = %v", raw)
+			}
+		})
 	}
 }

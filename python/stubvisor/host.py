@@ -176,6 +176,7 @@ class Host:
         self._main_waiting = False
         self._commands = collections.deque()
         self._calls = {}
+        self._open_senders = set()  # handles left to a response sender (_left_to_sender)
         self._controls = {}  # ModelControl id -> (error, value) once answered
         self._call_ids = itertools.count(1)
         self._cancelled = set()
@@ -517,6 +518,8 @@ class Host:
         else:
             wire = self._wire_response(request, response, flags)
         self._send([_K_RESPONSE, 0, wire])
+        if self._open_senders:
+            self._open_senders.discard(request._handle)
         if flags & _FINAL:
             self._cancelled.discard(request._handle)
 
@@ -712,12 +715,43 @@ class Host:
             self._fail_batch(batch_id, requests, exc)
             return
         again = [r._handle for r in requests if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
-        self._send([_K_EXECUTE_DONE, batch_id, None, out, again] if again else [_K_EXECUTE_DONE, batch_id, None, out])
+        pending = None if self.decoupled else self._left_to_sender(requests)
+        if pending:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out, again, pending])
+        elif again:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out, again])
+        else:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out])
         if self._cancelled and not self.decoupled:
             for req in requests:
                 self._cancelled.discard(req._handle)
         if self._pending_free:
             self._flush_frees()
+
+    def _left_to_sender(self, requests):
+        """The handles of requests (of a model that is not decoupled) that
+        execute answered with None while holding their response sender,
+        which has sent nothing yet: the response comes later, as in Triton.
+        A sender dropped without sending ends its request with an error,
+        so no client waits forever."""
+        pending = []
+        for r in requests:
+            state = r._send_state
+            if (r._final or state is None or state.closed or state.sent
+                    or r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+                continue
+            pending.append(r._handle)
+            self._open_senders.add(r._handle)
+            # A sender holds its request: the request goes when the model
+            # holds neither.
+            weakref.finalize(r, self._sender_dropped, r._handle)
+        return pending
+
+    def _sender_dropped(self, handle):
+        if handle in self._open_senders:
+            self._open_senders.discard(handle)
+            self._send([_K_RESPONSE, 0, [handle, _FINAL, [_INTERNAL, "the response sender of the request was "
+                                                              "released without sending a response"], [], ""]])
 
     def _inputs_to_host(self, tensors):
         """Copy inputs in CUDA memory to host memory: all of them when
@@ -759,9 +793,8 @@ class Host:
             if not isinstance(resp, response_type):
                 raise StubError("Expected an 'InferenceResponse' object in the execute function return list, "
                                 "found type '" + str(type(resp)) + "'.")
-            sender = req._sender
-            if sender is not None:
-                sender._update(resp, _FINAL)
+            if req._send_state is not None:
+                req.get_response_sender()._update(resp, _FINAL)
             req._final = True
             pairs.append((req, resp))
         return pairs
@@ -777,8 +810,10 @@ class Host:
         for req in requests:
             req._final = True
             self._shm_targets.pop(req._handle, None)
-            if req._sender is not None:
-                req._sender._close()
+            state = req._send_state
+            if state is not None:
+                with state.lock:
+                    state.closed = True
         self._send([_K_EXECUTE_DONE, batch_id, [_INTERNAL, text], []])
         for req in requests:
             self._cancelled.discard(req._handle)
