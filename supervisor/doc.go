@@ -75,7 +75,9 @@
 //
 //  1. The lock of one model name (loadlock.go): serialises that model's
 //     load and unload; loads of different models run at once, so a
-//     model's initialize may load another (pb_utils.load_model).
+//     model's initialize may load another (pb_utils.load_model). An
+//     ensemble's load takes the locks of the composing models it loads
+//     (a cycle is refused before it would lock twice).
 //  2. prepMu (runtime.go): preparing interpreters and Go binaries; taken
 //     under a model's load lock, never with Supervisor.mu.
 //  3. Supervisor.mu (RW): the model table.
