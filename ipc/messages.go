@@ -76,7 +76,7 @@ type Kind uint8
 // Release for them.
 //
 // The Result of Initialize is {"is_ready": true} when the model defines
-// its own readiness check (is_ready(), backendapi.ReadyChecker), which
+// its own readiness check (is_ready(), stub.ReadyChecker), which
 // IsReady then runs; nil otherwise.
 //
 // Initialize options: "model_file" (path of model.py or the Go binary),

@@ -340,7 +340,7 @@ func (h *host) initialize(m *ipc.InitializeMsg) {
 	h.initialized = true
 	// Tell the supervisor whether readiness requests must ask the model.
 	var value any
-	if _, ok := h.model.(backendapi.ReadyChecker); ok {
+	if _, ok := h.model.(ReadyChecker); ok {
 		value = map[string]any{"is_ready": true}
 	}
 	h.send(&ipc.ResultMsg{ID: m.ID, Value: value})

@@ -14,7 +14,7 @@ import (
 const readyCheckTimeout = 5 * time.Second
 
 // userReadiness runs a model's own readiness check (is_ready() in Python,
-// backendapi.ReadyChecker in Go) for one instance, as Triton does: one
+// stub.ReadyChecker in Go) for one instance, as Triton does: one
 // check at a time per instance; callers that come while one runs wait for
 // its answer instead of asking again, each for at most readyCheckTimeout.
 // A check that outlives its callers still records its answer for the next.
