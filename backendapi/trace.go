@@ -31,8 +31,9 @@ type Trace struct {
 	Context string
 	// Child starts the trace of a request that the model serving this one
 	// makes with its trace context (BLS); computeStart is when this
-	// request's execute began. The backend calls the child's End once
-	// that request is over.
+	// request's execute began, or zero for a step of an ensemble (whose
+	// spans then go under the ensemble's model span). The backend calls
+	// the child's End once that request is over.
 	Child func(model string, version int64, computeStart time.Time) *Trace
 	// End, set on a child trace, completes it.
 	End func()

@@ -189,7 +189,11 @@ func (rt *reqTrace) child(model string, version int64, computeStart time.Time) *
 	c.bt.Child = c.child
 	c.bt.End = c.end
 	if t.otel != nil {
-		t.otel.begin(c, rt.otel.computeContext(t.otel, computeStart))
+		parent := rt.otel.modelCtx
+		if !computeStart.IsZero() {
+			parent = rt.otel.computeContext(t.otel, computeStart)
+		}
+		t.otel.begin(c, parent)
 	} else {
 		c.bt.Context = `{"triton_trace_id":"` + strconv.FormatUint(c.id, 10) + `"}`
 	}

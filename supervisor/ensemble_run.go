@@ -225,6 +225,10 @@ func (r *ensRun) stepRequest(f *ensFiring) *backendapi.InferRequest {
 		CorrelationID: r.req.CorrelationID, Flags: r.req.Flags, Priority: r.req.Priority, Timeout: r.req.Timeout,
 		Inputs: make([]backendapi.InputTensor, 0, len(st.in)),
 	}
+	if tr := r.req.Trace; tr != nil && tr.Child != nil {
+		// A traced ensemble's steps are traces of their own under it.
+		req.Trace = tr.Child(st.model, st.version, time.Time{})
+	}
 	for _, m := range st.in {
 		v := r.vals[m.tensor]
 		v.src.hold()
@@ -252,6 +256,9 @@ func (r *ensRun) stepRequest(f *ensFiring) *backendapi.InferRequest {
 
 // runStep runs one firing to its end, reporting every response.
 func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRequest) {
+	if req.Trace != nil && req.Trace.End != nil {
+		defer req.Trace.End()
+	}
 	report := func(resp *backendapi.InferResponse, err error, final bool) {
 		r.push(ensEvent{f: f, resp: resp, err: err, final: final})
 	}

@@ -84,10 +84,33 @@ func readTraceFile(t *testing.T, path string) map[uint64]*traceOf {
 	return out
 }
 
+// traceRepo is add_sub, bls_trace and ens_trace, an ensemble of ens_scale
+// then ens_offset (OUTPUT0 = 2 * INPUT0 + 1).
+func traceRepo(t *testing.T) string {
+	t.Helper()
+	repo := copyRepo(t, "add_sub", "bls_trace", "ens_scale", "ens_offset")
+	httpWriteModel(t, repo, "ens_trace", `name: "ens_trace"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "ens_scale", model_version: -1, input_map { key: "INPUT0" value: "INPUT0" }, output_map { key: "OUTPUT0" value: "scaled" } },
+  { model_name: "ens_offset", model_version: -1, input_map { key: "INPUT0" value: "scaled" }, output_map { key: "OUTPUT0" value: "OUTPUT0" } }
+] }
+`, nil)
+	return repo
+}
+
+// ensTraceRequest is a JSON infer request for ens_trace.
+func ensTraceRequest() map[string]any {
+	return map[string]any{"id": "ens-1", "inputs": []map[string]any{{"name": "INPUT0", "shape": []int{2}, "datatype": "FP32", "data": []float32{1, 2}}}}
+}
+
 func TestTraceTritonFile(t *testing.T) {
 	pythonOK(t)
 	file := filepath.Join(t.TempDir(), "trace.json")
-	s := startServer(t, copyRepo(t, "add_sub", "bls_trace"), "--trace-config", "triton,file="+file,
+	s := startServer(t, traceRepo(t), "--trace-config", "triton,file="+file,
 		"--trace-config", "level=TIMESTAMPS", "--trace-config", "level=TENSORS", "--trace-config", "rate=1")
 
 	t.Run("settings", func(t *testing.T) {
@@ -149,6 +172,10 @@ func TestTraceTritonFile(t *testing.T) {
 		if code != 200 || !strings.Contains(string(body), `triton_trace_id`) {
 			t.Fatalf("bls infer: %d %s", code, body)
 		}
+		// An ensemble's steps are traces under the ensemble's.
+		if code, body := s.httpInferJSON("ens_trace", ensTraceRequest()); code != 200 {
+			t.Fatalf("ensemble infer: %d %s", code, body)
+		}
 		// Tracing off for the model: the next request leaves no trace.
 		tr, err := c.TraceSetting(ctx, &pb.TraceSettingRequest{ModelName: "add_sub",
 			Settings: map[string]*pb.TraceSettingRequest_SettingValue{"trace_level": {Value: []string{"OFF"}}}})
@@ -162,17 +189,29 @@ func TestTraceTritonFile(t *testing.T) {
 
 	s.Stop() // the trace file is written at shutdown (log_frequency 0)
 	traces := readTraceFile(t, file)
-	if len(traces) != 4 {
-		t.Fatalf("%d traces in the file, want 4", len(traces))
+	if len(traces) != 7 {
+		t.Fatalf("%d traces in the file, want 7", len(traces))
 	}
-	var bls, child *traceOf
+	var bls, child, ens *traceOf
+	steps := map[string]*traceOf{}
 	for _, x := range traces {
 		switch {
 		case x.header.ModelName == "bls_trace":
 			bls = x
-		case x.header.ParentID != 0:
+		case x.header.ModelName == "ens_trace":
+			ens = x
+		case x.header.ModelName == "add_sub" && x.header.ParentID != 0:
 			child = x
+		case x.header.ParentID != 0:
+			steps[x.header.ModelName] = x
 		}
+	}
+	if ens == nil || len(steps) != 2 || steps["ens_scale"] == nil || steps["ens_offset"] == nil ||
+		steps["ens_scale"].header.ParentID != ens.header.ID || steps["ens_offset"].header.ParentID != ens.header.ID {
+		t.Fatalf("ensemble traces: %+v steps %+v", ens, steps)
+	}
+	if steps["ens_offset"].ns["REQUEST_START"] < steps["ens_scale"].ns["REQUEST_END"] {
+		t.Errorf("the second step's trace starts before the first one's ends")
 	}
 	if bls == nil || child == nil || child.header.ParentID != bls.header.ID || child.header.ModelName != "add_sub" {
 		t.Fatalf("BLS traces: parent %+v child %+v", bls, child)
@@ -316,7 +355,7 @@ func TestTraceOpenTelemetry(t *testing.T) {
 	pythonOK(t)
 	rc := startOTLPReceiver(t)
 	// rate 0: only requests that carry a trace context are traced.
-	s := startServer(t, copyRepo(t, "add_sub", "bls_trace"), "--trace-config", "mode=opentelemetry",
+	s := startServer(t, traceRepo(t), "--trace-config", "mode=opentelemetry",
 		"--trace-config", "opentelemetry,url="+rc.url, "--trace-config", "opentelemetry,bsp_schedule_delay=50",
 		"--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=0")
 	clientSpan, _ := hex.DecodeString("00f067aa0ba902b7")
@@ -388,6 +427,30 @@ func TestTraceOpenTelemetry(t *testing.T) {
 		want := `{"traceparent":"00-` + traceHex + "-" + hex.EncodeToString(bls.SpanId) + `-01"}`
 		if !strings.Contains(string(resp), strings.ReplaceAll(want, `"`, `\"`)) {
 			t.Fatalf("TRACE output lacks %s: %s", want, resp)
+		}
+	})
+	t.Run("ensemble steps", func(t *testing.T) {
+		const traceHex = "6bf92f3577b34da6a3ce929d0e0e4738"
+		code, _, resp := s.do("POST", "/v2/models/ens_trace/infer", httpMustJSON(t, ensTraceRequest()), "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
+		if code != 200 {
+			t.Fatalf("infer: %d %s", code, resp)
+		}
+		id, _ := hex.DecodeString(traceHex)
+		spans := rc.collect(t, id, 8)
+		var root *tracepb.Span
+		for _, sp := range spans {
+			if sp.Name == "InferRequest" {
+				root = sp
+			}
+		}
+		if root == nil {
+			t.Fatalf("no InferRequest span: %v", spans)
+		}
+		ens := childOf(t, spans, "ens_trace", root)
+		for _, step := range []string{"ens_scale", "ens_offset"} {
+			sp := childOf(t, spans, step, ens)
+			childOf(t, spans, "queue", sp)
+			childOf(t, spans, "compute", sp)
 		}
 	})
 	t.Run("grpc traceparent", func(t *testing.T) {
