@@ -238,112 +238,112 @@ func grpcShmRef(params map[string]*pb.InferParameter, tensor string) (*backendap
 // field of the input's datatype (int_contents for INT8/16/32,
 // uint_contents for UINT8/16/32); FP16 and BF16 have no typed field.
 func contentsToBinary(c *pb.InferTensorContents, dt backendapi.DataType, name, model string) ([]byte, error) {
-	var data []byte
+	data := []byte{}
 	set := false
-	check := func(field backendapi.DataType) error {
+	for _, f := range contentFields(c, dt) {
+		if f.n == 0 {
+			continue
+		}
 		if set {
-			return invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s', binary data was already supplied.", name, model)
+			return nil, invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s', binary data was already supplied.", name, model)
 		}
 		set = true
-		if field != dt {
-			return invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s' of type '%s', expected datatype '%s'", name, model, field, dt)
+		if f.typ != dt {
+			return nil, invalidArg("unexpected explicit tensor data for input tensor '%s' for model '%s' of type '%s', expected datatype '%s'", name, model, f.typ, dt)
 		}
-		return nil
-	}
-	if v := c.GetBoolContents(); len(v) > 0 {
-		if err := check(backendapi.TypeBool); err != nil {
-			return nil, err
-		}
-		data = make([]byte, len(v))
-		for i, b := range v {
-			if b {
-				data[i] = 1
-			}
-		}
-	}
-	if v := c.GetIntContents(); len(v) > 0 {
-		field := backendapi.TypeInt32
-		if dt == backendapi.TypeInt8 || dt == backendapi.TypeInt16 {
-			field = dt
-		}
-		if err := check(field); err != nil {
-			return nil, err
-		}
-		data = appendInts(make([]byte, 0, len(v)*dt.Size()), v, dt.Size())
-	}
-	if v := c.GetInt64Contents(); len(v) > 0 {
-		if err := check(backendapi.TypeInt64); err != nil {
-			return nil, err
-		}
-		data = make([]byte, 0, len(v)*8)
-		for _, x := range v {
-			data = binary.LittleEndian.AppendUint64(data, uint64(x))
-		}
-	}
-	if v := c.GetUintContents(); len(v) > 0 {
-		field := backendapi.TypeUint32
-		if dt == backendapi.TypeUint8 || dt == backendapi.TypeUint16 {
-			field = dt
-		}
-		if err := check(field); err != nil {
-			return nil, err
-		}
-		data = make([]byte, 0, len(v)*dt.Size())
-		for _, x := range v {
-			switch dt.Size() {
-			case 1:
-				data = append(data, byte(x))
-			case 2:
-				data = binary.LittleEndian.AppendUint16(data, uint16(x))
-			default:
-				data = binary.LittleEndian.AppendUint32(data, x)
-			}
-		}
-	}
-	if v := c.GetUint64Contents(); len(v) > 0 {
-		if err := check(backendapi.TypeUint64); err != nil {
-			return nil, err
-		}
-		data = make([]byte, 0, len(v)*8)
-		for _, x := range v {
-			data = binary.LittleEndian.AppendUint64(data, x)
-		}
-	}
-	if v := c.GetFp32Contents(); len(v) > 0 {
-		if err := check(backendapi.TypeFP32); err != nil {
-			return nil, err
-		}
-		data = make([]byte, 0, len(v)*4)
-		for _, x := range v {
-			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(x))
-		}
-	}
-	if v := c.GetFp64Contents(); len(v) > 0 {
-		if err := check(backendapi.TypeFP64); err != nil {
-			return nil, err
-		}
-		data = make([]byte, 0, len(v)*8)
-		for _, x := range v {
-			data = binary.LittleEndian.AppendUint64(data, math.Float64bits(x))
-		}
-	}
-	if v := c.GetBytesContents(); len(v) > 0 {
-		if err := check(backendapi.TypeBytes); err != nil {
-			return nil, err
-		}
-		n := 0
-		for _, e := range v {
-			n += 4 + len(e)
-		}
-		data = make([]byte, 0, n)
-		for _, e := range v {
-			data = AppendBytesElement(data, e)
-		}
-	}
-	if data == nil {
-		data = []byte{}
+		data = f.bytes()
 	}
 	return data, nil
+}
+
+// contentField is one typed field of InferTensorContents: how many
+// elements it holds, the datatype it carries for a tensor of type dt (the
+// 32-bit fields also carry the narrower integers), and its little-endian
+// bytes.
+type contentField struct {
+	n     int
+	typ   backendapi.DataType
+	bytes func() []byte
+}
+
+func contentFields(c *pb.InferTensorContents, dt backendapi.DataType) []contentField {
+	le := binary.LittleEndian
+	narrow := func(wide, small1, small2 backendapi.DataType) backendapi.DataType {
+		if dt == small1 || dt == small2 {
+			return dt
+		}
+		return wide
+	}
+	bools, ints, int64s := c.GetBoolContents(), c.GetIntContents(), c.GetInt64Contents()
+	uints, uint64s := c.GetUintContents(), c.GetUint64Contents()
+	fp32s, fp64s, elems := c.GetFp32Contents(), c.GetFp64Contents(), c.GetBytesContents()
+	return []contentField{
+		{len(bools), backendapi.TypeBool, func() []byte {
+			data := make([]byte, len(bools))
+			for i, b := range bools {
+				if b {
+					data[i] = 1
+				}
+			}
+			return data
+		}},
+		{len(ints), narrow(backendapi.TypeInt32, backendapi.TypeInt8, backendapi.TypeInt16), func() []byte {
+			return appendInts(make([]byte, 0, len(ints)*dt.Size()), ints, dt.Size())
+		}},
+		{len(int64s), backendapi.TypeInt64, func() []byte {
+			data := make([]byte, 0, len(int64s)*8)
+			for _, x := range int64s {
+				data = le.AppendUint64(data, uint64(x))
+			}
+			return data
+		}},
+		{len(uints), narrow(backendapi.TypeUint32, backendapi.TypeUint8, backendapi.TypeUint16), func() []byte {
+			data := make([]byte, 0, len(uints)*dt.Size())
+			for _, x := range uints {
+				switch dt.Size() {
+				case 1:
+					data = append(data, byte(x))
+				case 2:
+					data = le.AppendUint16(data, uint16(x))
+				default:
+					data = le.AppendUint32(data, x)
+				}
+			}
+			return data
+		}},
+		{len(uint64s), backendapi.TypeUint64, func() []byte {
+			data := make([]byte, 0, len(uint64s)*8)
+			for _, x := range uint64s {
+				data = le.AppendUint64(data, x)
+			}
+			return data
+		}},
+		{len(fp32s), backendapi.TypeFP32, func() []byte {
+			data := make([]byte, 0, len(fp32s)*4)
+			for _, x := range fp32s {
+				data = le.AppendUint32(data, math.Float32bits(x))
+			}
+			return data
+		}},
+		{len(fp64s), backendapi.TypeFP64, func() []byte {
+			data := make([]byte, 0, len(fp64s)*8)
+			for _, x := range fp64s {
+				data = le.AppendUint64(data, math.Float64bits(x))
+			}
+			return data
+		}},
+		{len(elems), backendapi.TypeBytes, func() []byte {
+			n := 0
+			for _, e := range elems {
+				n += 4 + len(e)
+			}
+			data := make([]byte, 0, n)
+			for _, e := range elems {
+				data = AppendBytesElement(data, e)
+			}
+			return data
+		}},
+	}
 }
 
 func appendInts(dst []byte, v []int32, size int) []byte {
