@@ -124,7 +124,7 @@ func startEnsembleServer(t *testing.T, args ...string) *server {
 
 func TestEnsemble(t *testing.T) {
 	s := startEnsembleServer(t, "--load-model", "ens_pipeline", "--load-model", "ens_diamond",
-		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill")
+		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill", "--load-model", "ens_seq")
 	_, c := grpcClient(t, s)
 
 	t.Run("pipeline http", func(t *testing.T) {
@@ -295,6 +295,14 @@ func TestEnsemble(t *testing.T) {
 				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}}},
 			RawInputContents: [][]byte{le32i(1), le32i(0), le32i(0)}})
 		wantStatus(t, err, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy")
+	})
+
+	t.Run("sequence flags and correlation id reach the step", func(t *testing.T) {
+		// runSequence checks what seq_accumulate saw at every request:
+		// START/END/READY/CORRID, flags, correlation_id and its running sum.
+		if _, err := runSequence(s.HTTP, "ens_seq", 4242, 3); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("failing step", func(t *testing.T) {
