@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzParseInferRequest feeds arbitrary bodies to the infer parser. It must
@@ -169,4 +171,61 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzParseGRPCInfer feeds arbitrary ModelInferRequest messages (as the
+// bytes a client sends) to the gRPC request conversion. It must never
+// panic, every refusal must be a client error, and an accepted request
+// must be self-consistent: each input has exactly one data source and
+// typed contents convert to whole elements. (Sizes against shapes are the
+// backend's check: it knows the model's inputs.)
+func FuzzParseGRPCInfer(f *testing.F) {
+	seeds := []*pb.ModelInferRequest{
+		{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "A", Datatype: "FP32", Shape: []int64{2}}}, RawInputContents: [][]byte{make([]byte, 8)}},
+		{ModelName: "m", ModelVersion: "1", Id: "r", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+			{Name: "A", Datatype: "INT32", Shape: []int64{1, 2}, Contents: &pb.InferTensorContents{IntContents: []int32{1, 2}}},
+			{Name: "S", Datatype: "BYTES", Shape: []int64{2}, Contents: &pb.InferTensorContents{BytesContents: [][]byte{[]byte("a"), nil}}},
+			{Name: "B", Datatype: "BOOL", Shape: []int64{1}, Contents: &pb.InferTensorContents{BoolContents: []bool{true}}},
+		}, Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "O", Parameters: map[string]*pb.InferParameter{"classification": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 2}}}}}},
+		{ModelName: "m", Parameters: map[string]*pb.InferParameter{
+			"sequence_id":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: "c"}},
+			"sequence_start": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
+			"priority":       {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 1}},
+			"timeout":        {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 9}},
+			"x":              {ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: 1.5}},
+		}},
+		{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "A", Datatype: "FP32", Shape: []int64{4}, Parameters: map[string]*pb.InferParameter{
+			"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: "r"}},
+			"shared_memory_byte_size": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 16}},
+		}}}},
+		{ModelName: "m", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "A", Datatype: "FP16", Shape: []int64{-1}}}, RawInputContents: [][]byte{{1}}},
+	}
+	for _, s := range seeds {
+		b, err := proto.Marshal(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		var req pb.ModelInferRequest
+		if proto.Unmarshal(wire, &req) != nil {
+			return
+		}
+		var ir backendapi.InferRequest
+		if _, err := parseGRPCInfer(&req, &ir); err != nil {
+			if code := backendapi.CodeOf(err); code != backendapi.InvalidArg {
+				t.Fatalf("error %q has class %v, want INVALID_ARG", err, code)
+			}
+			return
+		}
+		for _, in := range ir.Inputs {
+			if (in.Data != nil) == (in.SharedMemory != nil) && !(in.Data == nil && ElementCount(in.Shape) == 0) {
+				t.Fatalf("input %s has data %v and shared memory %v", in.Name, in.Data != nil, in.SharedMemory != nil)
+			}
+			if size := in.DataType.Size(); len(req.RawInputContents) == 0 && in.SharedMemory == nil && size > 0 && len(in.Data)%size != 0 {
+				t.Fatalf("input %s: %d bytes of %v contents", in.Name, len(in.Data), in.DataType)
+			}
+		}
+	})
 }
