@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool"
 )
 
@@ -532,7 +533,7 @@ func TestSupervisorKilled(t *testing.T) {
 			t.Run(lang+"/"+role, func(t *testing.T) {
 				noLeaks(t)
 				if lang == "python" {
-					requirePython(t)
+					ipctest.RequirePython(t)
 				}
 				pr, pw, err := os.Pipe()
 				if err != nil {
@@ -542,7 +543,7 @@ func TestSupervisorKilled(t *testing.T) {
 				middle := exec.Command(os.Args[0])
 				middle.Env = append(os.Environ(), roleEnv+"=middle", childLangEnv+"="+lang, childRoleEnv+"="+role)
 				middle.ExtraFiles = []*os.File{pw}
-				var stderr lockedBuffer
+				var stderr ipctest.LockedBuffer
 				middle.Stderr = &stderr
 				middle.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 				if err := middle.Start(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // goConstants are the wire constants Python must mirror, by their Python
@@ -43,12 +45,12 @@ var goNames = map[string]string{"INSTANCE_ENV": InstanceEnv, "MODEL_ENV": ModelE
 
 func TestConstantsMatchPython(t *testing.T) {
 	noLeaks(t)
-	requirePython(t)
+	ipctest.RequirePython(t)
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(pythonPath, "-c", "import json; from stubvisor import ipc; print(json.dumps(ipc.constants()))")
+	cmd := exec.Command(ipctest.PythonPath, "-c", "import json; from stubvisor import ipc; print(json.dumps(ipc.constants()))")
 	cmd.Env = append(cmd.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
 	out, err := cmd.Output()
 	if err != nil {
@@ -72,7 +74,7 @@ func TestConstantsMatchPython(t *testing.T) {
 			t.Errorf("python/stubvisor/ipc.py has %s, which Go does not define", name)
 		}
 	}
-	cmd = exec.Command(pythonPath, "-c", "import json; from stubvisor import ipc; print(json.dumps(ipc.names()))")
+	cmd = exec.Command(ipctest.PythonPath, "-c", "import json; from stubvisor import ipc; print(json.dumps(ipc.names()))")
 	cmd.Env = append(cmd.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
 	if out, err = cmd.Output(); err != nil {
 		t.Fatalf("python: %v", err)
@@ -86,7 +88,7 @@ func TestConstantsMatchPython(t *testing.T) {
 	}
 	// The layout itself: Python must place rings and arenas where Go does.
 	l, _ := newLayout(DefaultSettings())
-	cmd = exec.Command(pythonPath, "-c", `import json; from stubvisor import ipc
+	cmd = exec.Command(ipctest.PythonPath, "-c", `import json; from stubvisor import ipc
 print(json.dumps(ipc.layout(1<<20, 50000, 1<<30, 1<<20, 1<<20)))`)
 	cmd.Env = append(cmd.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
 	if out, err = cmd.Output(); err != nil {

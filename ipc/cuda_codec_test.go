@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // cudaMessages are the frames CUDA shared memory adds: MapRegion with a
@@ -47,7 +49,7 @@ func TestCUDACodecRoundTrip(t *testing.T) {
 // them by position), and Go reads a MapRegion Python packs from the
 // documented array.
 func TestCUDAFramesPython(t *testing.T) {
-	requirePython(t)
+	ipctest.RequirePython(t)
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +75,7 @@ print(json.dumps(plain(msg)))`
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(pythonPath, "-c", script, hex.EncodeToString(b))
+			cmd := exec.Command(ipctest.PythonPath, "-c", script, hex.EncodeToString(b))
 			cmd.Env = append(cmd.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
 			out, err := cmd.CombinedOutput()
 			if err != nil {
@@ -92,7 +94,7 @@ print(json.dumps(plain(msg)))`
 		})
 	}
 	t.Run("python packs map cuda region", func(t *testing.T) {
-		cmd := exec.Command(pythonPath, "-c", `import msgpack; print(msgpack.packb([9, 0, 7, 0, 1048576, bytes(range(64)), 2, "future"]).hex())`)
+		cmd := exec.Command(ipctest.PythonPath, "-c", `import msgpack; print(msgpack.packb([9, 0, 7, 0, 1048576, bytes(range(64)), 2, "future"]).hex())`)
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
@@ -27,7 +27,6 @@ const (
 	roleEnv      = "STUBVISOR_IPC_TEST_ROLE"
 	childLangEnv = "STUBVISOR_IPC_TEST_CHILD_LANG"
 	childRoleEnv = "STUBVISOR_IPC_TEST_CHILD_ROLE"
-	pythonPath   = "/usr/bin/python3"
 	peerTimeout  = 20 * time.Second // bound on any single wait for a peer
 )
 
@@ -235,21 +234,6 @@ func repoRoot() (string, error) {
 	}
 }
 
-var pythonOnce = sync.OnceValue(func() error {
-	out, err := exec.Command(pythonPath, "-c", "import numpy, msgpack").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s cannot import numpy and msgpack (install python3-numpy python3-msgpack): %v: %s", pythonPath, err, out)
-	}
-	return nil
-})
-
-func requirePython(t testing.TB) {
-	t.Helper()
-	if err := pythonOnce(); err != nil {
-		t.Skip(err)
-	}
-}
-
 // peerCommand returns the command for a stub peer in lang ("go" re-runs
 // this test binary, "python" runs testdata/peer.py) playing role. The
 // caller sets ExtraFiles (fd 3 is the region).
@@ -264,7 +248,7 @@ func peerCommand(lang, role string) (*exec.Cmd, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(pythonPath, filepath.Join(root, "ipc", "testdata", "peer.py"), role)
+		cmd := exec.Command(ipctest.PythonPath, filepath.Join(root, "ipc", "testdata", "peer.py"), role)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"))
 		return cmd, nil
 	}
@@ -278,24 +262,7 @@ type peer struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
-	stderr  lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr  ipctest.LockedBuffer
 }
 
 // testConn creates a region for one test and closes it at cleanup.
@@ -319,7 +286,7 @@ func testConn(t *testing.T, s Settings) *Conn {
 func startPeer(t *testing.T, c *Conn, lang, role string) *peer {
 	t.Helper()
 	if lang == "python" {
-		requirePython(t)
+		ipctest.RequirePython(t)
 	}
 	cmd, err := peerCommand(lang, role)
 	if err != nil {

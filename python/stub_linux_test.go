@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // waitBound bounds every wait on the stub.
@@ -237,22 +237,6 @@ func (s *stub) release(r ipc.Response) {
 	}
 }
 
-func f32bytes(v ...float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func f32s(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
-}
-
 func bytesTensor(items ...string) []byte {
 	var b []byte
 	for _, s := range items {
@@ -307,8 +291,8 @@ func TestStubExecuteAddSub(t *testing.T) {
 	a, b := []float32{1, 2, 3, 4}, []float32{0.5, 0.5, 1, 1}
 	req := func(h uint64, x, y []float32, requested ...string) ipc.Request {
 		return ipc.Request{Handle: h, CorrelationID: uint64(0), RequestedOutputs: requested, Inputs: []ipc.Tensor{
-			s.tensor("INPUT0", backendapi.TypeFP32, []int64{4}, f32bytes(x...)),
-			s.tensor("INPUT1", backendapi.TypeFP32, []int64{4}, f32bytes(y...)),
+			s.tensor("INPUT0", backendapi.TypeFP32, []int64{4}, ipctest.FP32(x...)),
+			s.tensor("INPUT1", backendapi.TypeFP32, []int64{4}, ipctest.FP32(y...)),
 		}}
 	}
 	batch := s.id()
@@ -343,7 +327,7 @@ func TestStubExecuteAddSub(t *testing.T) {
 				if o.Loc != ipc.LocInline || o.DataType != uint8(backendapi.TypeFP32) { // 16 bytes: in the message
 					t.Fatalf("%s = %+v", name, o)
 				}
-				if got := f32s(s.read(o)); !equalF32(got, want) {
+				if got := ipctest.FP32s(s.read(o)); !equalF32(got, want) {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
 			}
@@ -494,7 +478,7 @@ func TestStubErrors(t *testing.T) {
 			run: func(t *testing.T, s *stub) *ipc.Error {
 				s.mustInitialize("execute_raises", false)
 				s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
-					Inputs: []ipc.Tensor{s.tensor("INPUT0", backendapi.TypeFP32, []int64{1}, f32bytes(1))}}}})
+					Inputs: []ipc.Tensor{s.tensor("INPUT0", backendapi.TypeFP32, []int64{1}, ipctest.FP32(1))}}}})
 				done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
 				if len(done.Responses) != 0 {
 					t.Errorf("failed batch carried %d responses", len(done.Responses))
@@ -626,7 +610,7 @@ func TestTestModelsConfigs(t *testing.T) {
 func BenchmarkStubIdentityFP32(b *testing.B) {
 	s := startStub(b, "identity_fp32_0_0")
 	s.mustInitialize("identity_fp32", false)
-	in := s.tensor("INPUT0", backendapi.TypeFP32, []int64{16}, f32bytes(make([]float32, 16)...))
+	in := s.tensor("INPUT0", backendapi.TypeFP32, []int64{16}, ipctest.FP32(make([]float32, 16)...))
 	req := []ipc.Request{{Handle: 1, CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}}}
 	round := func(i int) {
 		if err := s.conn.Send(&ipc.ExecuteMsg{BatchID: uint64(i), Requests: req}); err != nil {

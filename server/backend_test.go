@@ -451,15 +451,6 @@ func sampleStubs() []backendapi.ModelStubs {
 	}}
 }
 
-// f32 and i32 build little-endian tensors.
-func f32(vs ...float32) []byte {
-	b := make([]byte, 0, 4*len(vs))
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
-
 func i32(vs ...int32) []byte {
 	b := make([]byte, 0, 4*len(vs))
 	for _, v := range vs {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // The benchmarks measure the front end's own cost. The figure that matters
@@ -68,7 +69,7 @@ func BenchmarkEncodeSmallJSON(b *testing.B) {
 	defer putCall(c)
 	resp := &backendapi.InferResponse{ModelName: "identity", ModelVersion: 1,
 		Outputs: []backendapi.OutputTensor{{Name: "OUTPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1, 16},
-			Data: f32(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5)}}}
+			Data: ipctest.FP32(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5)}}}
 	b.ReportAllocs()
 	var out []byte
 	for b.Loop() {

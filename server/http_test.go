@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 type testServer struct {
@@ -295,8 +296,8 @@ func TestInferRaw(t *testing.T) {
 		shape []int64
 		tail  []byte
 	}{
-		{"identity", f32(1, 2, 3), []int64{3}, f32(1, 2, 3)},
-		{"batched", f32(4, 5), []int64{1, 2}, f32(4, 5)},
+		{"identity", ipctest.FP32(1, 2, 3), []int64{3}, ipctest.FP32(1, 2, 3)},
+		{"batched", ipctest.FP32(4, 5), []int64{1, 2}, ipctest.FP32(4, 5)},
 		{"bytes_raw", []byte("hello"), []int64{1}, bytesTensor("hello")},
 	}
 	for _, tc := range tests {
@@ -320,7 +321,7 @@ func TestInferRaw(t *testing.T) {
 			}
 		})
 	}
-	r := ts.do(t, "POST", "/v2/models/add_sub/infer", f32(1), map[string]string{hdrInferHeaderLength: "0"})
+	r := ts.do(t, "POST", "/v2/models/add_sub/infer", ipctest.FP32(1), map[string]string{hdrInferHeaderLength: "0"})
 	if want := errorBody("Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'add_sub' model configuration"); r.status != 400 || string(r.body) != want {
 		t.Fatalf("raw request to a two-input model: %d %s", r.status, r.body)
 	}

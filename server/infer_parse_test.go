@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 func TestParseInferHeader(t *testing.T) {
@@ -26,7 +27,7 @@ func TestParseInferHeader(t *testing.T) {
 			hdr: `{"id":"r1","inputs":[{"name":"A","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]},` +
 				`{"name":"B","shape":[3],"datatype":"INT32","data":[-1,0,1]}]}`,
 			want: want{req: backendapi.InferRequest{ID: "r1", Inputs: []backendapi.InputTensor{
-				{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{2, 2}, Data: f32(1, 2, 3, 4)},
+				{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{2, 2}, Data: ipctest.FP32(1, 2, 3, 4)},
 				{Name: "B", DataType: backendapi.TypeInt32, Shape: []int64{3}, Data: i32(-1, 0, 1)},
 			}}, kinds: map[string]outKind{"X": outJSON}},
 		},
@@ -49,10 +50,10 @@ func TestParseInferHeader(t *testing.T) {
 			hdr: `{"inputs":[{"name":"A","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}},` +
 				`{"name":"B","shape":[1],"datatype":"FP16","parameters":{"binary_data_size":2}}],` +
 				`"outputs":[{"name":"O0","parameters":{"binary_data":true}},{"name":"O1"}]}`,
-			bin: append(f32(5, 6), 0x00, 0x3c),
+			bin: append(ipctest.FP32(5, 6), 0x00, 0x3c),
 			want: want{req: backendapi.InferRequest{
 				Inputs: []backendapi.InputTensor{
-					{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{2}, Data: f32(5, 6)},
+					{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{2}, Data: ipctest.FP32(5, 6)},
 					{Name: "B", DataType: backendapi.TypeFP16, Shape: []int64{1}, Data: []byte{0x00, 0x3c}},
 				},
 				Outputs: []backendapi.RequestedOutput{{Name: "O0"}, {Name: "O1"}},
@@ -93,7 +94,7 @@ func TestParseInferHeader(t *testing.T) {
 				Priority:      2,
 				Timeout:       250 * time.Microsecond,
 				Parameters:    map[string]any{"custom": "v", "n": int64(-3), "f": 0.5, "b": true},
-				Inputs:        []backendapi.InputTensor{{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: f32(1)}},
+				Inputs:        []backendapi.InputTensor{{Name: "A", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(1)}},
 				Outputs:       []backendapi.RequestedOutput{{Name: "J", Classification: 3}},
 			}, kinds: map[string]outKind{"J": outJSON, "unlisted": outBinary}},
 		},
@@ -159,7 +160,7 @@ func TestParseInferHeaderErrors(t *testing.T) {
 		{"syntax wins over content", `{"id":1,"inputs":[} `, nil, false, "failed to parse the request JSON buffer: Invalid value. at 18"},
 		{"no data", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32"}]}`, nil, false,
 			"Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"},
-		{"data and binary", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32","data":[1],"parameters":{"binary_data_size":4}}]}`, f32(1), false,
+		{"data and binary", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32","data":[1],"parameters":{"binary_data_size":4}}]}`, ipctest.FP32(1), false,
 			"Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size'"},
 		{"input not object", `{"inputs":[1]}`, nil, false,
 			"Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"},
@@ -193,9 +194,9 @@ func TestParseInferHeaderErrors(t *testing.T) {
 		{"wrong element type", `{"inputs":[{"name":"A","shape":[1],"datatype":"INT32","data":["x"]}]}`, nil, false,
 			"Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"},
 		{"duplicate input", `{"inputs":[` + fp32A + `,` + fp32A + `]}`, nil, false, "input 'A' already exists in request"},
-		{"binary truncated", `{"inputs":[{"name":"A","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}`, f32(1), false,
+		{"binary truncated", `{"inputs":[{"name":"A","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}`, ipctest.FP32(1), false,
 			"unexpected size for input 'A', expecting 4 additional bytes for model 'm'"},
-		{"binary leftover", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]}`, f32(1, 2), false,
+		{"binary leftover", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]}`, ipctest.FP32(1, 2), false,
 			"unexpected additional input data for model 'm'"},
 		{"binary without header length", `{"inputs":[{"name":"A","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]}`, nil, true,
 			"must specify valid 'Infer-Header-Content-Length' in request header and 'binary_data_size' when passing inputs in binary data format"},
@@ -251,7 +252,7 @@ func TestCallReuse(t *testing.T) {
 	if err := c.parseInferHeader("m", []byte(second), nil, false); err != nil {
 		t.Fatal(err)
 	}
-	want := backendapi.InferRequest{Inputs: []backendapi.InputTensor{{Name: "B", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: f32(3)}}}
+	want := backendapi.InferRequest{Inputs: []backendapi.InputTensor{{Name: "B", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(3)}}}
 	got := cloneRequest(&c.req)
 	got.Outputs = nil
 	if !reflect.DeepEqual(got, want) {
@@ -275,11 +276,11 @@ func TestBuildRawRequest(t *testing.T) {
 		wantData []byte
 		err      string
 	}{
-		{"variable dim", meta(backendapi.TypeFP32, -1), 0, f32(1, 2, 3), []int64{3}, f32(1, 2, 3), ""},
+		{"variable dim", meta(backendapi.TypeFP32, -1), 0, ipctest.FP32(1, 2, 3), []int64{3}, ipctest.FP32(1, 2, 3), ""},
 		{"fixed dims", meta(backendapi.TypeInt32, 2, 2), 0, i32(1, 2, 3, 4), []int64{2, 2}, i32(1, 2, 3, 4), ""},
-		{"batched", meta(backendapi.TypeFP32, -1, -1), 4, f32(1, 2), []int64{1, 2}, f32(1, 2), ""},
+		{"batched", meta(backendapi.TypeFP32, -1, -1), 4, ipctest.FP32(1, 2), []int64{1, 2}, ipctest.FP32(1, 2), ""},
 		{"bytes is one element", meta(backendapi.TypeBytes, 1), 0, []byte("raw text"), []int64{1}, bytesTensor("raw text"), ""},
-		{"two variable dims", meta(backendapi.TypeFP32, -1, -1), 0, f32(1), nil, nil,
+		{"two variable dims", meta(backendapi.TypeFP32, -1, -1), 0, ipctest.FP32(1), nil, nil,
 			"The shape of the raw input 'IN' can not be deduced because there are more than one variable-sized dimension"},
 		{"partial element", meta(backendapi.TypeFP32, -1), 0, []byte{1, 2, 3}, nil, nil,
 			"raw binary request to model 'm': 3 bytes do not fill whole elements of input 'IN'"},

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 func TestParseWireDataType(t *testing.T) {
@@ -101,9 +102,9 @@ func TestDecodeJSONData(t *testing.T) {
 		count int64
 		err   string
 	}{
-		{"fp32 flat", backendapi.TypeFP32, `[1, 2.5, -3e-1, 0]`, f32(1, 2.5, -0.3, 0), 4, ""},
-		{"fp32 nested", backendapi.TypeFP32, `[[1,2],[3,4]]`, f32(1, 2, 3, 4), 4, ""},
-		{"fp32 ragged flattens", backendapi.TypeFP32, `[[1],[2,3]]`, f32(1, 2, 3), 3, ""},
+		{"fp32 flat", backendapi.TypeFP32, `[1, 2.5, -3e-1, 0]`, ipctest.FP32(1, 2.5, -0.3, 0), 4, ""},
+		{"fp32 nested", backendapi.TypeFP32, `[[1,2],[3,4]]`, ipctest.FP32(1, 2, 3, 4), 4, ""},
+		{"fp32 ragged flattens", backendapi.TypeFP32, `[[1],[2,3]]`, ipctest.FP32(1, 2, 3), 3, ""},
 		{"fp64", backendapi.TypeFP64, `[0.1, 1e300]`, le64(math.Float64bits(0.1), math.Float64bits(1e300)), 2, ""},
 		{"int32", backendapi.TypeInt32, `[-1, 2147483647, -2147483648]`, i32(-1, 2147483647, -2147483648), 3, ""},
 		{"int8", backendapi.TypeInt8, `[-128, 127]`, []byte{0x80, 0x7f}, 2, ""},
@@ -160,8 +161,8 @@ func TestAppendJSONData(t *testing.T) {
 		want  string
 		err   string
 	}{
-		{"fp32 shortest", backendapi.TypeFP32, f32(0.1, 2, -1.5, 1e6), 4, `[0.1,2,-1.5,1e+06]`, ""},
-		{"fp32 specials", backendapi.TypeFP32, f32(float32(math.Inf(1)), float32(math.NaN())), 2, `[Infinity,NaN]`, ""},
+		{"fp32 shortest", backendapi.TypeFP32, ipctest.FP32(0.1, 2, -1.5, 1e6), 4, `[0.1,2,-1.5,1e+06]`, ""},
+		{"fp32 specials", backendapi.TypeFP32, ipctest.FP32(float32(math.Inf(1)), float32(math.NaN())), 2, `[Infinity,NaN]`, ""},
 		{"fp64", backendapi.TypeFP64, le64(math.Float64bits(0.1)), 1, `[0.1]`, ""},
 		{"int32", backendapi.TypeInt32, i32(-5, 7), 2, `[-5,7]`, ""},
 		{"int8", backendapi.TypeInt8, []byte{0xff}, 1, `[-1]`, ""},
@@ -171,7 +172,7 @@ func TestAppendJSONData(t *testing.T) {
 		{"bool", backendapi.TypeBool, []byte{0, 1, 7}, 3, `[false,true,true]`, ""},
 		{"bytes", backendapi.TypeBytes, bytesTensor("a\"b", "\x00", "\xff"), 3, `["a\"b","\u0000","\ufffd"]`, ""},
 		{"empty", backendapi.TypeFP32, nil, 0, `[]`, ""},
-		{"size mismatch", backendapi.TypeFP32, f32(1), 2, "", "output tensor shape does not match size of output for 'out'"},
+		{"size mismatch", backendapi.TypeFP32, ipctest.FP32(1), 2, "", "output tensor shape does not match size of output for 'out'"},
 		{"bytes truncated", backendapi.TypeBytes, []byte{9, 0, 0, 0, 'a'}, 1, "", "output tensor shape does not match size of output for 'out'"},
 		{"fp16", backendapi.TypeFP16, le16(0x3c00), 1, "", "sending FP16 data via JSON is not supported. Please use the binary data format for output"},
 		{"bf16", backendapi.TypeBF16, le16(0x3f80), 1, "", "sending BF16 data via JSON is not supported. Please use the binary data format for output"},
@@ -201,7 +202,7 @@ func TestJSONRoundTrip(t *testing.T) {
 		dt   backendapi.DataType
 		data []byte
 	}{
-		{backendapi.TypeFP32, f32(0.1, -2.75, 3.4028235e38, 1.4e-45)},
+		{backendapi.TypeFP32, ipctest.FP32(0.1, -2.75, 3.4028235e38, 1.4e-45)},
 		{backendapi.TypeFP64, le64(math.Float64bits(math.Pi), math.Float64bits(-1e-300))},
 		{backendapi.TypeInt32, i32(math.MinInt32, math.MaxInt32, 0)},
 		{backendapi.TypeUint64, le64(0, math.MaxUint64)},

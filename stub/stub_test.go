@@ -12,13 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
@@ -154,27 +154,10 @@ type peer struct {
 	t      *testing.T
 	conn   *ipc.Conn
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *ipctest.LockedBuffer
 	exited chan struct{}
 	err    error
 	nextID uint64
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 const waitBound = 10 * time.Second
@@ -196,7 +179,7 @@ func startStubFiles(t *testing.T, role string, extra ...*os.File) *peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{t: t, conn: conn, stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &peer{t: t, conn: conn, stderr: &ipctest.LockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	p.cmd.Env = append(os.Environ(), roleEnv+"="+role, ipc.InstanceEnv+"="+role+"_0_0")
 	p.cmd.ExtraFiles = append([]*os.File{conn.File()}, extra...)

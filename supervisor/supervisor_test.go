@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,19 +17,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
 // These tests run real python3 stubs on the models of testdata/models
 // through the supervisor's Backend API, and check after each that no
 // process, fd or /dev/shm entry is left behind.
-
-func requirePython(t *testing.T) {
-	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import numpy, msgpack").Run(); err != nil {
-		t.Skip("/usr/bin/python3 with numpy and msgpack is required (apt-get install python3-numpy python3-msgpack)")
-	}
-}
 
 // newSupervisor copies models into a temporary repository and starts a
 // supervisor that loads all of them.
@@ -49,7 +41,7 @@ func logSupervisor(t *testing.T, log hclog.Logger, models ...string) *Supervisor
 // startSupervisor is logSupervisor with options edited by edit.
 func startSupervisor(t *testing.T, log hclog.Logger, edit func(*Options), models ...string) *Supervisor {
 	t.Helper()
-	requirePython(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	for _, m := range models {
 		if err := os.CopyFS(filepath.Join(repo, m), os.DirFS(filepath.Join("..", "testdata", "models", m))); err != nil {
@@ -76,22 +68,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
-}
-
-func fp32(v ...float32) []byte {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return b
-}
-
-func fp32s(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
 }
 
 func boolTensor(name string, v bool) backendapi.InputTensor {
@@ -126,22 +102,22 @@ func infer(t *testing.T, s *Supervisor, req *backendapi.InferRequest) *backendap
 func TestAddSub(t *testing.T) {
 	s := newSupervisor(t, "add_sub")
 	resp := infer(t, s, &backendapi.InferRequest{ModelName: "add_sub", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(1, 2, 3, 4)},
-		{Name: "INPUT1", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(0.5, 0.5, 0.5, 0.5)},
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(1, 2, 3, 4)},
+		{Name: "INPUT1", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(0.5, 0.5, 0.5, 0.5)},
 	}})
 	want := map[string][]float32{"OUTPUT0": {1.5, 2.5, 3.5, 4.5}, "OUTPUT1": {0.5, 1.5, 2.5, 3.5}}
 	if len(resp.Outputs) != 2 {
 		t.Fatalf("outputs = %+v", resp.Outputs)
 	}
 	for _, o := range resp.Outputs {
-		if got := fp32s(o.Data); !slicesEqual(got, want[o.Name]) {
+		if got := ipctest.FP32s(o.Data); !slicesEqual(got, want[o.Name]) {
 			t.Errorf("%s = %v, want %v", o.Name, got, want[o.Name])
 		}
 	}
 	// Requested-output pruning: ask for OUTPUT1 only.
 	resp = infer(t, s, &backendapi.InferRequest{ModelName: "add_sub", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(1, 2, 3, 4)},
-		{Name: "INPUT1", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(1, 1, 1, 1)},
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(1, 2, 3, 4)},
+		{Name: "INPUT1", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(1, 1, 1, 1)},
 	}, Outputs: []backendapi.RequestedOutput{{Name: "OUTPUT1"}}})
 	if len(resp.Outputs) != 1 || resp.Outputs[0].Name != "OUTPUT1" {
 		t.Fatalf("pruned outputs = %+v", resp.Outputs)
@@ -241,7 +217,7 @@ func TestDecoupledRepeat(t *testing.T) {
 func TestExecuteRaises(t *testing.T) {
 	s := newSupervisor(t, "execute_raises")
 	_, err := s.Infer(context.Background(), &backendapi.InferRequest{ModelName: "execute_raises", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: fp32(1)}}})
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(1)}}})
 	if backendapi.CodeOf(err) != backendapi.Internal ||
 		!strings.Contains(err.Error(), "Failed to process the request(s) for model 'execute_raises_0_0', message: RuntimeError: execute_raises: failing a batch of 1 request(s) on purpose") {
 		t.Fatalf("err = %v (%s)", err, backendapi.CodeOf(err))
@@ -332,7 +308,7 @@ func TestStubKillsItselfMidRequest(t *testing.T) {
 	s := newSupervisor(t, "kill_self")
 	req := func(kill bool) *backendapi.InferRequest {
 		return &backendapi.InferRequest{ModelName: "kill_self", Inputs: []backendapi.InputTensor{
-			{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: fp32(7)}, boolTensor("KILL", kill)}}
+			{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(7)}, boolTensor("KILL", kill)}}
 	}
 	infer(t, s, req(false))
 	start := time.Now()
@@ -346,7 +322,7 @@ func TestStubKillsItselfMidRequest(t *testing.T) {
 	}
 	stubPID(t, s, "kill_self", 1)
 	resp := infer(t, s, req(false))
-	if got := fp32s(resp.Outputs[0].Data); got[0] != 7 {
+	if got := ipctest.FP32s(resp.Outputs[0].Data); got[0] != 7 {
 		t.Fatalf("after restart: %v", got)
 	}
 	st, _ := s.Stubs(context.Background(), "kill_self")
@@ -359,7 +335,7 @@ func TestHungExecuteIsKilled(t *testing.T) {
 	s := newSupervisor(t, "hang")
 	start := time.Now()
 	_, err := s.Infer(context.Background(), &backendapi.InferRequest{ModelName: "hang", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: fp32(1)}, boolTensor("HANG", true)}})
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(1)}, boolTensor("HANG", true)}})
 	if backendapi.CodeOf(err) != backendapi.Unavailable || !strings.Contains(err.Error(), "EXECUTE_TIMEOUT_MS=1000") {
 		t.Fatalf("err = %v", err)
 	}
@@ -368,7 +344,7 @@ func TestHungExecuteIsKilled(t *testing.T) {
 	}
 	stubPID(t, s, "hang", 1)
 	infer(t, s, &backendapi.InferRequest{ModelName: "hang", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: fp32(1)}}})
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{1}, Data: ipctest.FP32(1)}}})
 }
 
 func TestInitializeFailureIsALoadError(t *testing.T) {
@@ -413,7 +389,7 @@ func TestKillsUnderSteadyLoad(t *testing.T) {
 	}
 	s := newSupervisor(t, "identity_fp32")
 	req := &backendapi.InferRequest{ModelName: "identity_fp32", Inputs: []backendapi.InputTensor{
-		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(1, 2, 3, 4)}}}
+		{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(1, 2, 3, 4)}}}
 	var ok, failed atomic.Int64
 	var lastOK atomic.Int64
 	stop := make(chan struct{})
@@ -508,7 +484,7 @@ func TestHeartbeatAdvances(t *testing.T) {
 func TestClassification(t *testing.T) {
 	s := newSupervisor(t, "identity_fp32")
 	resp := infer(t, s, &backendapi.InferRequest{ModelName: "identity_fp32",
-		Inputs:  []backendapi.InputTensor{{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: fp32(0.1, 0.9, -3, 0.5)}},
+		Inputs:  []backendapi.InputTensor{{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4}, Data: ipctest.FP32(0.1, 0.9, -3, 0.5)}},
 		Outputs: []backendapi.RequestedOutput{{Name: "OUTPUT0", Classification: 2}}})
 	out := resp.Outputs[0]
 	var got []string

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // modelStats is the part of GET /v2/models/<m>/stats the batching tests
@@ -21,7 +23,7 @@ type modelStats struct {
 }
 
 func TestDynamicBatcher(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "batch_add", "batch_slow"))
 
 	t.Run("requests are merged into one execute", func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // blsForwardBody is an HTTP body for bls_forward: call model with the
@@ -110,7 +111,7 @@ func blsStreamRequest(id string, cancelAfter int32, in ...int32) *pb.ModelInferR
 }
 
 func TestBLS(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "bls_forward", "bls_forward_async", "bls_stream", "add_sub", "identity_timeout",
 		"repeat_decoupled", "cancel_watch_stream")
 	s := startServer(t, repo)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // watchRequest asks a cancel_watch model to wait up to 30 s for its
@@ -37,7 +38,7 @@ func waitLog(t *testing.T, s *server, text string) {
 }
 
 func TestCancellation(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	// The repository is used in place: Go models build from their sources
 	// inside this module.
 	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))

@@ -10,9 +10,7 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,17 +23,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/supervisor/cuda"
 	"github.com/stubvisor/stubvisor/supervisor/cuda/cudatest"
 )
-
-func fp32Bytes(vs ...float32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
 
 // deviceBuffer allocates size bytes on device 0, freed at cleanup.
 func deviceBuffer(t *testing.T, d *cuda.Driver, size uint64) (*cuda.Mapping, []byte) {
@@ -64,7 +55,7 @@ func fakeMappings(pid int) int {
 }
 
 func TestCUDASharedMemory(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	for _, drv := range cudatest.Drivers(t) {
 		t.Run(drv.Name, func(t *testing.T) { testCUDASharedMemory(t, drv) })
 	}
@@ -113,7 +104,7 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 	})
 
 	infer := func(model string, inOff, outOff int, values ...float32) (int, string) {
-		raw := fp32Bytes(values...)
+		raw := ipctest.FP32(values...)
 		if err := in.CopyFromHost(uint64(inOff), raw); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +128,7 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 		if code != 200 || strings.Contains(body, `"data"`) {
 			t.Fatalf("infer: %d %s", code, body)
 		}
-		if got := readOut(256, 12); !bytes.Equal(got, fp32Bytes(1.5, -2, 3.25)) {
+		if got := readOut(256, 12); !bytes.Equal(got, ipctest.FP32(1.5, -2, 3.25)) {
 			t.Fatalf("output region holds %x", got)
 		}
 	})
@@ -147,13 +138,13 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 		if code != 200 {
 			t.Fatalf("infer: %d %s", code, body)
 		}
-		if got := readOut(5000, 16); !bytes.Equal(got, fp32Bytes(2, 4, 6, 8)) {
+		if got := readOut(5000, 16); !bytes.Equal(got, ipctest.FP32(2, 4, 6, 8)) {
 			t.Fatalf("output region holds %x", got)
 		}
 	})
 
 	t.Run("over gRPC", func(t *testing.T) {
-		if err := in.CopyFromHost(64, fp32Bytes(7, 8)); err != nil {
+		if err := in.CopyFromHost(64, ipctest.FP32(7, 8)); err != nil {
 			t.Fatal(err)
 		}
 		_, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "cuda_device",
@@ -162,7 +153,7 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := readOut(9000, 8); !bytes.Equal(got, fp32Bytes(14, 16)) {
+		if got := readOut(9000, 8); !bytes.Equal(got, ipctest.FP32(14, 16)) {
 			t.Fatalf("output region holds %x", got)
 		}
 	})
@@ -252,7 +243,7 @@ func TestCUDASharedMemoryNoDriver(t *testing.T) {
 // is no GPU): as in Triton the group gets every device, with count
 // instances on each.
 func TestKindGPUWithoutGPUList(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	t.Setenv(cuda.EnvLibrary, cudatest.BuildFake(t))
 	t.Setenv("FAKECUDA_DEVICES", "2")
 	repo := copyRepo(t, "e2e_echo")

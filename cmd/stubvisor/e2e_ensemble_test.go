@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // ensFP32 is a JSON infer request with one FP32 input INPUT0.
@@ -104,17 +104,9 @@ func ensPoolsIdle(t *testing.T, s *server, models ...string) {
 	})
 }
 
-func f32le(b []byte) []float32 {
-	out := make([]float32, len(b)/4)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
 func startEnsembleServer(t *testing.T, args ...string) *server {
 	t.Helper()
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +139,7 @@ func TestEnsemble(t *testing.T) {
 		}
 		code, h, body := s.httpInferBinary("ens_pipeline", hdr, le32f(in...))
 		r := httpDecodeInfer(t, code, h, body)
-		got := f32le(r.Blobs["OUTPUT0"])
+		got := ipctest.FP32s(r.Blobs["OUTPUT0"])
 		if len(got) != len(in) {
 			t.Fatalf("%d elements back, want %d", len(got), len(in))
 		}
@@ -166,7 +158,7 @@ func TestEnsemble(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, raw := outputByName(t, r, "OUTPUT0")
-		if got := fmt.Sprint(f32le(raw)); got != "[2 -1 21]" || r.Id != "g1" || r.ModelName != "ens_pipeline" {
+		if got := fmt.Sprint(ipctest.FP32s(raw)); got != "[2 -1 21]" || r.Id != "g1" || r.ModelName != "ens_pipeline" {
 			t.Fatalf("got %s (id %q, model %q)", got, r.Id, r.ModelName)
 		}
 	})
@@ -199,7 +191,7 @@ func TestEnsemble(t *testing.T) {
 				t.Fatalf("stream error: %s", m.ErrorMessage)
 			}
 			_, raw := outputByName(t, m.InferResponse, "OUTPUT0")
-			got[m.InferResponse.Id] = f32le(raw)[0]
+			got[m.InferResponse.Id] = ipctest.FP32s(raw)[0]
 		}
 		if fmt.Sprint(got) != "map[0:1 1:3 2:5]" {
 			t.Fatalf("streamed %v", got)
@@ -557,7 +549,7 @@ func TestEnsembleSharedMemory(t *testing.T) {
 			t.Errorf("output %s came back in the body: %+v", o.Name, o)
 		}
 	}
-	if got := fmt.Sprint(f32le(out.mem[:12]), f32le(out.mem[100:112])); got != "[5 9 13] [2 4 6]" {
+	if got := fmt.Sprint(ipctest.FP32s(out.mem[:12]), ipctest.FP32s(out.mem[100:112])); got != "[5 9 13] [2 4 6]" {
 		t.Fatalf("SUM and SCALED in the region: %s, want [5 9 13] [2 4 6]", got)
 	}
 	ensPoolsIdle(t, s, "ens_scale", "identity_fp32", "ens_offset", "ens_join")

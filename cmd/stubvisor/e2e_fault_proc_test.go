@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // A model that starts helper processes (an exec'd program and a forked
@@ -22,7 +24,7 @@ import (
 // its request at once, the helpers must not inherit the stub's ignored
 // SIGTERM/SIGINT, and they must end with the stub's process group.
 func TestFaultStubWithHelperChildKilled(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	pids := filepath.Join(t.TempDir(), "helpers")
 	httpWriteModel(t, repo, "with_helper", httpFP32Config("with_helper", ""), map[string]string{"model.py": `
@@ -119,7 +121,7 @@ class TritonPythonModel:
 // With two instances and one of them busy for long, short requests must go
 // to the other one: no request waits behind the slow execute.
 func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "two_slow", httpFP32Config("two_slow", "instance_group [{ kind: KIND_CPU count: 2 }]"),
 		map[string]string{"model.py": faultSleepModel})
@@ -165,7 +167,7 @@ func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
 // A request queued on a stub that is killed before it ran must not be told
 // it died while executing: it never started.
 func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "one_hang", httpFP32Config("one_hang", `parameters { key: "EXECUTE_TIMEOUT_MS" value { string_value: "1500" } }`),
 		map[string]string{"model.py": faultSleepModel})
@@ -206,7 +208,7 @@ func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
 // server exits within the timeout plus a second, the request is answered,
 // and no stub is left (startServer's cleanup checks that).
 func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "long_exec", httpFP32Config("long_exec", ""), map[string]string{"model.py": faultSleepModel})
 	s := startServer(t, repo, "--exit-timeout-secs", "2")
@@ -247,7 +249,7 @@ func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
 // on every restart: the repository index, readiness and /v2/stubs all say
 // UNAVAILABLE, each with the cause.
 func TestFaultCrashLoopingModelOneState(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "started")
 	httpWriteModel(t, repo, "crash_loop", httpFP32Config("crash_loop", ""), map[string]string{"model.py": `

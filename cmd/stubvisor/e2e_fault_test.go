@@ -22,6 +22,7 @@ import (
 	"time"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
@@ -97,7 +98,7 @@ func ignoredSignals(t *testing.T, pid int) uint64 {
 // stalls for --request-body-timeout, over HTTP and over gRPC (where the
 // bound is the timeout plus the largest message at 8 MiB/s: 1.5 s here).
 func TestFaultStalledRequestBody(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--request-body-timeout", "1s", "--grpc-max-message-size", "4194304")
 	const bound = 3 * time.Second // the 1 s timeout plus slack for a busy machine
 
@@ -196,7 +197,7 @@ func sleepBinaryBody(t *testing.T, n int, secs float64) ([]byte, int) {
 // request data, HTTP and gRPC together: past it a request is refused with
 // 503 or RESOURCE_EXHAUSTED, and served again once the others are done.
 func TestFaultInflightRequestBudget(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "sleepy", httpFP32Config("sleepy", ""), map[string]string{"model.py": faultSleepModel})
 	s := startServer(t, repo, "--max-inflight-request-bytes", strconv.Itoa(8<<20))
@@ -260,7 +261,7 @@ func TestFaultInflightRequestBudget(t *testing.T) {
 // -race run, where the binary is built with the race detector) nothing
 // touches a pooled request after its caller left.
 func TestFaultClientsCancelMidRequest(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "one", httpFP32Config("one", ""), map[string]string{"model.py": faultSleepModel})
 	httpWriteModel(t, repo, "two", httpFP32Config("two", "instance_group [{ kind: KIND_CPU count: 2 }]"), map[string]string{"model.py": faultSleepModel})

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // sseEvent is one Server-Sent Event as curl received it: the data field.
@@ -159,7 +161,7 @@ func tokens(t *testing.T, evs []map[string]any) []string {
 }
 
 func TestGenerate(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "token_gen"))
 
 	t.Run("stream", func(t *testing.T) {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // grpcClient dials s.GRPC and closes the connection at cleanup.
@@ -111,7 +112,7 @@ func outputByName(t *testing.T, r *pb.ModelInferResponse, name string) (*pb.Mode
 }
 
 func TestGRPC(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "add_sub", "identity_all", "identity_fp32", "repeat_decoupled")
 	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "*", "--allow-client-shm")
 	conn, c := grpcClient(t, s)

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // httpWriteModel writes a model directory (config.pbtxt plus version 1 files)
@@ -245,7 +247,7 @@ func httpAddSubJSON(a, b []float32) map[string]any {
 // TestHTTPEndpoints drives every HTTP endpoint of one server whose
 // repository holds working models beside broken ones.
 func TestHTTPEndpoints(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "add_sub", "identity_all", "e2e_echo", "init_fails")
 	// A config field that does not exist, and a model.py that cannot import.
 	httpWriteModel(t, repo, "e2e_bad_field", httpFP32Config("e2e_bad_field", "max_batch_sizes: 4"),
@@ -832,7 +834,7 @@ func httpMustJSON(t *testing.T, v any) []byte {
 // TestHTTPRepositoryExplicit loads and unloads models over HTTP in
 // explicit mode, with config overrides and file: parameters.
 func TestHTTPRepositoryExplicit(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "add_sub", "identity_fp32")
 	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "add_sub")
 
@@ -978,7 +980,7 @@ func httpFP32ConfigJSON() string {
 // the request completes, finalize runs, the process exits in time, and
 // the harness finds no stub or /dev/shm entry left.
 func TestHTTPGracefulShutdown(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	const exitTimeout = 20 * time.Second
 	s := startServer(t, copyRepo(t, "e2e_echo"), "--exit-timeout-secs", strconv.Itoa(int(exitTimeout/time.Second)))
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // doubleModel is a model.py that answers OUTPUT0 = 2 * INPUT0, loaded
@@ -27,7 +28,7 @@ class TritonPythonModel:
 `
 
 func TestModelLoadingAPI(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "model_control", "add_sub", "identity_fp32")
 	// Only model_control is asked for; its initialize loads add_sub.
 	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "model_control")
@@ -116,7 +117,7 @@ func TestModelLoadingAPI(t *testing.T) {
 // readiness over HTTP and gRPC, as in Triton: False, an exception or no
 // answer within 5 s make it not ready, while inference goes on.
 func TestUserReadiness(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "readiness"))
 	_, c := grpcClient(t, s)
 	set := func(params map[string]any) {
@@ -169,7 +170,7 @@ func TestUserReadiness(t *testing.T) {
 // or after it returned, as in Triton; a sender dropped unused fails the
 // request instead of leaving the client waiting.
 func TestResponseSenderNotDecoupled(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "sender_once"))
 	_, c := grpcClient(t, s)
 	for _, tc := range []struct {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // chromiumPath finds Debian's Chromium, skipping the test without it.
@@ -119,7 +121,7 @@ func stubFromAPI(t *testing.T, s *server, model string) pageStub {
 // TestStatusPage loads / in Chromium, checks what it shows, kills the
 // stub and checks that the page shows it came back.
 func TestStatusPage(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	chromium := chromiumPath(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--stub-restart-backoff", "50ms")
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // iterativeConfig is iterative_count's configuration with the given
@@ -46,7 +47,7 @@ func countdown(n int, params map[string]any) map[string]any {
 // request runs again, step by step, until the model lets it go; any other
 // scheduler refuses with Triton's error.
 func TestRequestRescheduling(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	model, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "iterative_count", "1", "model.py"))
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // inferResult is one HTTP inference as a goroutine saw it; goroutines
@@ -208,7 +210,7 @@ func runSequences(t *testing.T, base, model string, ids []any) map[string]int {
 }
 
 func TestSequenceBatcher(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "seq_accumulate", "seq_string"))
 
 	t.Run("interleaved uint64 ids over two instances", func(t *testing.T) {
@@ -357,7 +359,7 @@ instance_group [{ kind: KIND_CPU, count: %d }]
 // waits for minimum_slot_utilization up to its queue delay; oldest sends
 // at once when a preferred size is reached.
 func TestSequenceBatchForming(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	model, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "seq_accumulate", "1", "model.py"))
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // clientRegion is a POSIX shm object the test owns, mapped in the test.
@@ -135,7 +136,7 @@ func stubHighWater(t *testing.T, s *server, model string) uint64 {
 }
 
 func TestSharedMemoryHTTP(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "identity_all", "identity_fp32"), "--allow-client-shm=true")
 	register := func(name, key string, offset, size int) (int, string) {
 		code, body := s.postJSON("/v2/systemsharedmemory/region/"+name+"/register", map[string]any{"key": key, "offset": offset, "byte_size": size})
@@ -364,7 +365,7 @@ func TestSharedMemoryHTTP(t *testing.T) {
 }
 
 func TestSharedMemoryDisabledByDefault(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "identity_fp32"))
 	const text = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 	r := newClientRegion(t, "disabled", 4096)
@@ -413,7 +414,7 @@ func grpcShmParams(region string, offset, size int64) map[string]*pb.InferParame
 }
 
 func TestSharedMemoryGRPC(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "identity_all"), "--allow-client-shm=true")
 	_, c := shmGRPC(t, s)
 	ctx := shmCtx(t)
@@ -509,7 +510,7 @@ func shmSpecial(t *testing.T, kind string) (string, error) {
 // it: as in Triton (L0_shared_memory), the region stays listed and usable
 // until its last request ends, and is gone then without another call.
 func TestSystemShmUnregisterInUse(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "e2e_echo"), "--allow-client-shm=true")
 	r := newClientRegion(t, "inuse", 16)
 	copy(r.mem, le32f(1, 2, 3, 4))

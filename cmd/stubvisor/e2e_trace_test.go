@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // traceRecord is one object of Triton's trace file.
@@ -108,7 +109,7 @@ func ensTraceRequest() map[string]any {
 }
 
 func TestTraceTritonFile(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	file := filepath.Join(t.TempDir(), "trace.json")
 	s := startServer(t, traceRepo(t), "--trace-config", "triton,file="+file,
 		"--trace-config", "level=TIMESTAMPS", "--trace-config", "level=TENSORS", "--trace-config", "rate=1")
@@ -352,7 +353,7 @@ func childOf(t *testing.T, spans []*tracepb.Span, name string, parent *tracepb.S
 }
 
 func TestTraceOpenTelemetry(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	rc := startOTLPReceiver(t)
 	// rate 0: only requests that carry a trace context are traced.
 	s := startServer(t, traceRepo(t), "--trace-config", "mode=opentelemetry",

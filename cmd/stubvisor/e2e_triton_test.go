@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // These tests cover behaviour that NVIDIA's QA tests (L0_http, L0_grpc,
@@ -67,7 +68,7 @@ func nested(depth int, leaf string) string {
 }
 
 func TestTritonHTTPTexts(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	tritonWriteIdentity(t, repo, "zero_fp32", 8, "TYPE_FP32", "[ -1 ]", 1)
 	tritonWriteIdentity(t, repo, "zero_3_fp32", 8, "TYPE_FP32", "[ -1 ]", 3)
@@ -135,7 +136,7 @@ func TestTritonHTTPTexts(t *testing.T) {
 }
 
 func TestTritonGRPCDuplicateOutputAndCompression(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "e2e_echo"))
 	_, client := grpcClient(t, s)
 	req := func(outputs ...string) *pb.ModelInferRequest {
@@ -165,7 +166,7 @@ func TestTritonGRPCDuplicateOutputAndCompression(t *testing.T) {
 }
 
 func TestTritonHeaderForwarding(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "e2e_echo"),
 		"--http-header-forward-pattern", "MY_HEADER.*", "--grpc-header-forward-pattern", "(?-i)MY_HEADER.*|^grpc_header")
 	body := []byte(`{"inputs":[{"name":"INPUT0","shape":[1],"datatype":"FP32","data":[1]}]}`)
@@ -231,7 +232,7 @@ func TestTritonHeaderForwarding(t *testing.T) {
 }
 
 func TestTritonFlags(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	t.Run("launch script spellings", func(t *testing.T) {
 		s := startServer(t, copyRepo(t, "e2e_echo"), "--model-store", copyRepo(t, "add_sub"),
 			"--backend-config=python,shm-default-byte-size=4194304", "--backend-config=python,shm-growth-byte-size=2097152",
@@ -274,7 +275,7 @@ func TestTritonFlags(t *testing.T) {
 }
 
 func TestTritonLoadNewModelFromFiles(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	s := startServer(t, t.TempDir(), "--model-control-mode", "explicit")
 	model, err := os.ReadFile(filepath.Join("..", "..", "testdata", "models", "e2e_echo", "1", "model.py"))
 	if err != nil {
@@ -316,7 +317,7 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 // interpreter cannot import msgpack (a conda-pack environment built for
 // Triton has numpy and no msgpack): the stub starts on its own codec.
 func TestTritonEnvWithoutMsgpack(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	blocker, err := filepath.Abs(filepath.Join("..", "..", "python", "tests", "nomsgpack"))
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +353,7 @@ func TestTritonEnvWithoutMsgpack(t *testing.T) {
 // look for (a model without model.py, a stub killed in initialize) and the
 // reason label of nv_inference_request_failure.
 func TestTritonLifecycleTexts(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := copyRepo(t, "execute_raises")
 	httpWriteModel(t, repo, "non_existent_model", httpFP32Config("non_existent_model", ""), nil)
 	httpWriteModel(t, repo, "init_exit", httpFP32Config("init_exit", "instance_group [{ kind: KIND_CPU }]"), map[string]string{"model.py": `import os
@@ -410,7 +411,7 @@ func httpGet(url string) ([]byte, error) {
 // classes of an FP32 output, a BYTES output refused, and an output over a
 // million elements refused, over HTTP and gRPC.
 func TestTritonClassification(t *testing.T) {
-	pythonOK(t)
+	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	tritonWriteIdentity(t, repo, "identity_fp32", 8, "TYPE_FP32", "[ -1 ]", 1)
 	tritonWriteIdentity(t, repo, "identity_bytes", 8, "TYPE_STRING", "[ -1 ]", 1)

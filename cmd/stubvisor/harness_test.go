@@ -53,14 +53,6 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// pythonOK skips the test when Debian's python3 lacks numpy or msgpack.
-func pythonOK(t *testing.T) {
-	t.Helper()
-	if err := exec.Command("/usr/bin/python3", "-c", "import numpy, msgpack").Run(); err != nil {
-		t.Skip("/usr/bin/python3 with numpy and msgpack is required (apt-get install python3-numpy python3-msgpack)")
-	}
-}
-
 // server is one running stubvisor process.
 type server struct {
 	t       *testing.T
