@@ -22,7 +22,10 @@ import (
 // Streaming: each response is encoded in the backend's callback and queued
 // for the handler's goroutine, which writes and flushes it. The queue holds
 // at most genQueueLen events, so a client that reads slowly makes the
-// callback wait, and through it the model's sends: memory stays bounded.
+// callback wait, and with it the reading of the stub's responses; they
+// wait in the stub's ring and arena. Small outputs travel inside ring
+// messages, so a full ring makes the model's send wait; larger ones fill
+// the arena up to its limit (the stub does not wait for arena space).
 // A client that goes away cancels the request's context, which the backend
 // passes on to the model (is_cancelled()); events queued after that are
 // dropped.

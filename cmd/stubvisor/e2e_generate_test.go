@@ -6,11 +6,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -267,6 +270,55 @@ func TestGenerate(t *testing.T) {
 			s.getJSON("/v2/models/token_gen/stubs", &ms)
 			return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 0
 		})
+	})
+	t.Run("a reader that stops reading stalls the model", func(t *testing.T) {
+		// 300000 small tokens (they travel inside the stub's ring
+		// messages) to a client that reads nothing: socket buffers, the
+		// stream's queue and the ring hold a few MB, so the model's sends
+		// must stop far short of the end.
+		const total = 300000
+		progress := filepath.Join(t.TempDir(), "progress")
+		body := fmt.Sprintf(`{"text_input":"tok","max_tokens":%d,"progress_file":%q}`, total, progress)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.HTTP, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		fmt.Fprintf(conn, "POST /v2/models/token_gen/generate_stream HTTP/1.1\r\nHost: stubvisor\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		sent := func() int {
+			b, _ := os.ReadFile(progress)
+			n, _ := strconv.Atoi(string(b))
+			return n
+		}
+		last, same := -1, 0
+		waitFor(t, 60*time.Second, "the model's sends to stall", func() bool {
+			n := sent()
+			if n > 0 && n == last {
+				same++
+			} else {
+				last, same = n, 0
+			}
+			return same >= 25 || n == total // unchanged for half a second, or done
+		})
+		if last >= total/2 {
+			t.Fatalf("the model sent %d of %d tokens to a client that read none", last, total)
+		}
+		// Reading again lets the model finish; every token arrives.
+		if err := conn.SetReadDeadline(time.Now().Add(120 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		rd := bufio.NewReaderSize(conn, 64<<10)
+		events := 0
+		for events < total {
+			line, err := rd.ReadSlice('\n')
+			if err != nil && err != bufio.ErrBufferFull {
+				t.Fatalf("after %d events: %v", events, err)
+			}
+			if bytes.HasPrefix(line, []byte("data: {")) {
+				events++
+			}
+		}
+		t.Logf("stalled at %d of %d tokens", last, total)
 	})
 	t.Run("generate", func(t *testing.T) {
 		code, body := s.postJSON("/v2/models/token_gen/generate", map[string]any{"text_input": "hello world", "max_tokens": 1, "id": "9"})

@@ -8,7 +8,8 @@ response as the final one. With wait_for=<path> it sends the first token
 and then waits until that file exists; after 30 s it ends the request with
 the error "token_gen: timed out waiting for <path>". Before every token it checks is_cancelled(); a
 cancelled request stops there, is closed with the final flag and logged as
-"token_gen: cancelled after N tokens". Requests run one after another, so a
+"token_gen: cancelled after N tokens". With progress_file=<path> it writes
+the number of tokens sent so far to that file after every 100 tokens. Requests run one after another, so a
 request that follows a cancelled one starts only when that one has stopped.
 """
 
@@ -36,6 +37,7 @@ class TritonPythonModel:
         delay = float(params.get("delay_ms", 0)) / 1000.0
         fail_after = int(params.get("fail_after", -1))
         wait_for = params.get("wait_for")
+        progress = params.get("progress_file")
         prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
         text = prompt.reshape(-1)[0]
         if isinstance(text, bytes):
@@ -62,5 +64,9 @@ class TritonPythonModel:
                     time.sleep(0.01)
             token = np.array([(words[i % len(words)] + " ").encode("utf-8")], dtype=np.object_)
             sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", token)]))
+            if progress and (i + 1) % 100 == 0:
+                with open(progress + ".tmp", "w") as f:
+                    f.write(str(i + 1))
+                os.replace(progress + ".tmp", progress)
         self.logger.log_info("token_gen: finished {} tokens".format(max_tokens))
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
