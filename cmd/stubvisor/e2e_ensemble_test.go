@@ -116,7 +116,7 @@ func startEnsembleServer(t *testing.T, args ...string) *server {
 
 func TestEnsemble(t *testing.T) {
 	s := startEnsembleServer(t, "--load-model", "ens_pipeline", "--load-model", "ens_diamond",
-		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill", "--load-model", "ens_seq")
+		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill", "--load-model", "ens_seq", "--load-model", "ens_hang")
 	_, c := grpcClient(t, s)
 
 	t.Run("pipeline http", func(t *testing.T) {
@@ -344,6 +344,23 @@ func TestEnsemble(t *testing.T) {
 		}
 	})
 
+	t.Run("step hung mid-request", func(t *testing.T) {
+		// hang's EXECUTE_TIMEOUT_MS (1 s) kills its stub; the ensemble
+		// request fails naming the step's model, instance and cause.
+		code, body := s.httpInferJSON("ens_hang", ensFP32(map[string]any{"hang": true}, nil, 1))
+		msg := httpErrorText(t, body)
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, "in ensemble 'ens_hang', Stub process 'hang_0_0' of model 'hang' died while executing the request: execute ran longer than EXECUTE_TIMEOUT_MS=1000") {
+			t.Fatalf("%d %s", code, msg)
+		}
+		waitFor(t, 30*time.Second, "hang to be ready again", func() bool {
+			code, _, _ := s.do("GET", "/v2/models/hang/ready", nil)
+			return code == http.StatusOK
+		})
+		if out := ensOutputs(t, s, "ens_hang", ensFP32(nil, nil, 5)); out["OUTPUT0"] != "[10]" {
+			t.Fatalf("after the restart: %v", out)
+		}
+	})
+
 	t.Run("statistics of the ensemble and its steps", func(t *testing.T) {
 		models := []string{"ens_pipeline", "ens_scale", "go_identity_fp32", "ens_offset"}
 		before := map[string][4]int{}
@@ -404,7 +421,7 @@ func TestEnsemble(t *testing.T) {
 
 	t.Run("nothing left in the arenas", func(t *testing.T) {
 		ensPoolsIdle(t, s, "ens_scale", "go_identity_fp32", "ens_offset", "identity_fp32", "ens_join",
-			"repeat_decoupled", "ens_int_scale", "execute_raises", "kill_self")
+			"repeat_decoupled", "ens_int_scale", "execute_raises", "kill_self", "hang", "seq_accumulate")
 	})
 }
 
