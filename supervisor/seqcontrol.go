@@ -111,3 +111,16 @@ func corrIDBytes(id backendapi.CorrelationID, dt backendapi.DataType) ([]byte, e
 	}
 	return nil, fmt.Errorf("CORRID control input has unsupported data type %s", dt)
 }
+
+// newID picks a correlation id for an iterative sequence that came
+// without one, as Triton does: the next number no live sequence uses.
+// Called with s.mu held.
+func (s *sequenceBatcher) newID() backendapi.CorrelationID {
+	for {
+		s.lastID++
+		id := backendapi.CorrelationID{Uint: s.lastID}
+		if _, live := s.seqs[keyOf(id)]; !live && !id.IsZero() {
+			return id
+		}
+	}
+}

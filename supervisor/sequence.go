@@ -218,19 +218,6 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 	return nil
 }
 
-// newID picks a correlation id for an iterative sequence that came
-// without one, as Triton does: the next number no live sequence uses.
-// Called with s.mu held.
-func (s *sequenceBatcher) newID() backendapi.CorrelationID {
-	for {
-		s.lastID++
-		id := backendapi.CorrelationID{Uint: s.lastID}
-		if _, live := s.seqs[keyOf(id)]; !live && !id.IsZero() {
-			return id
-		}
-	}
-}
-
 // end stops seq from taking requests: later ones for its id are refused,
 // saying why, and it leaves its slot once its queue drains. Called with
 // s.mu held.

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"io"
 	"math"
@@ -14,11 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -27,89 +23,6 @@ import (
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
-
-// grpcClient dials s.GRPC and closes the connection at cleanup.
-func grpcClient(t *testing.T, s *server) (*grpc.ClientConn, pb.GRPCInferenceServiceClient) {
-	t.Helper()
-	if s.GRPC == "" {
-		t.Fatal("the server has no gRPC listener")
-	}
-	conn, err := grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn, pb.NewGRPCInferenceServiceClient(conn)
-}
-
-// callCtx bounds one RPC.
-func callCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// wantStatus fails unless err is a gRPC status with code and a message
-// containing text.
-func wantStatus(t *testing.T, err error, code codes.Code, text string) {
-	t.Helper()
-	st, ok := status.FromError(err)
-	if !ok || err == nil {
-		t.Fatalf("got error %v, want status %s %q", err, code, text)
-	}
-	if st.Code() != code || !strings.Contains(st.Message(), text) {
-		t.Fatalf("got status %s %q, want %s containing %q", st.Code(), st.Message(), code, text)
-	}
-}
-
-func le32f(vs ...float32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
-
-func le32i(vs ...int32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
-	return b
-}
-
-func bytesElems(elems ...string) []byte {
-	var b []byte
-	for _, e := range elems {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(e)))
-		b = append(b, e...)
-	}
-	return b
-}
-
-func int64Param(v int64) *pb.InferParameter {
-	return &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: v}}
-}
-
-func boolParam(v bool) *pb.InferParameter {
-	return &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: v}}
-}
-
-// outputByName returns the output and its raw bytes.
-func outputByName(t *testing.T, r *pb.ModelInferResponse, name string) (*pb.ModelInferResponse_InferOutputTensor, []byte) {
-	t.Helper()
-	if len(r.RawOutputContents) != len(r.Outputs) {
-		t.Fatalf("%d raw_output_contents for %d outputs", len(r.RawOutputContents), len(r.Outputs))
-	}
-	for i, o := range r.Outputs {
-		if o.Name == name {
-			return o, r.RawOutputContents[i]
-		}
-	}
-	t.Fatalf("no output %s in %v", name, r.Outputs)
-	return nil, nil
-}
 
 func TestGRPC(t *testing.T) {
 	ipctest.RequirePython(t)
