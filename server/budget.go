@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultMaxInflightBytes is the default budget of request bytes the front
@@ -49,7 +50,7 @@ func (b *byteBudget) acquire(n int64) error {
 }
 
 // release gives n bytes back. After a large request, the memory it took
-// is returned to the system at once: the Go heap holds little else (the
+// is returned to the system within freeDelay: the Go heap holds little else (the
 // binary collects garbage rarely, GOGC=400), so without this a burst of
 // large requests would keep the process large for minutes.
 func (b *byteBudget) release(n int64) {
@@ -58,12 +59,20 @@ func (b *byteBudget) release(n int64) {
 	}
 	left := b.used.Add(-n)
 	if n >= freeAfterBytes && left < freeAfterBytes && !b.freeing.Swap(true) {
-		go func() {
+		// A moment later, once the reply (sent after the handler
+		// returns) is out and garbage too.
+		time.AfterFunc(freeDelay, func() {
 			defer b.freeing.Store(false)
+			// Twice: buffers pooled (sync.Pool) survive one collection.
 			debug.FreeOSMemory()
-		}()
+			debug.FreeOSMemory()
+		})
 	}
 }
+
+// freeDelay is how long after a large request ends its memory is handed
+// back to the system.
+const freeDelay = time.Second
 
 // budgetError is the refusal of a request over the budget.
 type budgetError struct{ size, used, limit int64 }
