@@ -111,6 +111,12 @@ type InferRequest struct {
 	Outputs []RequestedOutput
 	// Trace, when set, receives the timestamps of a traced request.
 	Trace *Trace
+	// Queued, when set, is called once the request has its place in the
+	// model's queue (an ensemble: once it starts), so that a front end
+	// keeping a client's order (one gRPC stream) can hand over the next
+	// request then and its batch keeps arrival order. It is not called
+	// for a request refused before that; InferStream's return says so.
+	Queued func()
 }
 
 // InputTensor is one request input: bytes in memory, or a slice of a

@@ -32,11 +32,18 @@ type streamState struct {
 	fatal  error      // the status the stream ends with
 	wg     sync.WaitGroup
 	seq    map[backendapi.CorrelationID]chan struct{}
+	// lastQueued is closed when the latest request outside a sequence has
+	// its place in its model's queue (or has ended). The next one waits
+	// for it, so requests sent in order are batched in that order. Only
+	// the receiving loop touches it.
+	lastQueued chan struct{}
 }
 
 // ModelStreamInfer serves a bidirectional stream: every request runs
 // concurrently with the others (responses of different requests may
-// interleave) except that requests of one sequence run in arrival order.
+// interleave), but each enters its model's queue in arrival order, so a
+// dynamic batch holds them in the order they were sent, and requests of
+// one sequence run in arrival order.
 // A decoupled model may send any number of responses per request, each
 // with the triton_final_response parameter. Errors travel in-band as
 // error_message unless the client opened the stream with the
@@ -120,17 +127,36 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 	}
 	var prev chan struct{}
 	var mine chan struct{}
+	// Requests of a sequence keep their order by waiting for the one
+	// before them to end; the others wait only until the one before them
+	// is queued.
+	var before, queued chan struct{}
 	if !ir.CorrelationID.IsZero() {
 		mine = make(chan struct{})
 		st.mu.Lock()
 		prev = st.seq[ir.CorrelationID]
 		st.seq[ir.CorrelationID] = mine
 		st.mu.Unlock()
+	} else {
+		before, queued = st.lastQueued, make(chan struct{})
+		st.lastQueued = queued
+		var once sync.Once
+		ir.Queued = func() { once.Do(func() { close(queued) }) }
 	}
 	st.wg.Add(1)
 	go func() {
 		defer st.wg.Done()
 		defer st.g.budget.release(held)
+		if queued != nil {
+			defer ir.Queued()
+			if before != nil {
+				select {
+				case <-before:
+				case <-st.ctx.Done():
+					return
+				}
+			}
+		}
 		if mine != nil {
 			defer func() {
 				close(mine)

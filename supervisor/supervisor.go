@@ -384,13 +384,22 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 		return nil, backendapi.ErrDecoupled
 	}
 	if mv.ens != nil {
+		notifyQueued(req)
 		return s.runEnsemble(ctx, mv, req, nil)
 	}
 	pr, err := mv.submit(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
+	notifyQueued(req)
 	return pr.wait()
+}
+
+// notifyQueued tells the front end that req has its place in the queue.
+func notifyQueued(req *backendapi.InferRequest) {
+	if req.Queued != nil {
+		req.Queued()
+	}
 }
 
 // InferStream implements backendapi.Backend.
@@ -400,6 +409,7 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		return err
 	}
 	if mv.ens != nil {
+		notifyQueued(req)
 		_, err := s.runEnsemble(ctx, mv, req, send)
 		return err
 	}
@@ -407,6 +417,7 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 	if err != nil {
 		return err
 	}
+	notifyQueued(req)
 	if !pr.await() {
 		pr.mu.Lock()
 		pr.abandoned = true
