@@ -384,6 +384,17 @@ class TritonPythonModel:
 			t.Fatalf("execute_raises answered 200: %s", b)
 		}
 	}
+	// A request for a model that does not exist fails before Triton has a
+	// request or a model to count it on (TRITONSERVER_InferenceRequestNew
+	// fails in GetModel), so nothing is counted: no series names it and
+	// no other model's count moves.
+	if code, _, b := s.do("POST", "/v2/models/no_such_model/infer", body); code == 200 {
+		t.Fatalf("no_such_model answered 200: %s", b)
+	}
+	_, c := grpcClient(t, s)
+	if _, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "no_such_model"}); err == nil {
+		t.Fatal("gRPC infer of no_such_model succeeded")
+	}
 	metrics, err := httpGet(s.Metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -395,6 +406,9 @@ class TritonPythonModel:
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	if strings.Contains(string(metrics), "no_such_model") {
+		t.Errorf("metrics count requests for a model that does not exist:\n%s", metrics)
 	}
 }
 
