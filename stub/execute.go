@@ -255,9 +255,16 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		return
 	}
 	out := make([]ipc.Response, 0, len(envs))
+	var open []uint64
 	for i, env := range envs {
 		if reqs[i].Reschedule {
 			env.drop() // it runs again: this execute has no answer for it
+			continue
+		}
+		if reqs[i].SendLater {
+			// Listed even if Send already answered it: the supervisor
+			// ends a request by its final response whichever comes first.
+			open = append(open, env.handle)
 			continue
 		}
 		w, err := env.wire(returned[i], ipc.FlagFinal)
@@ -266,11 +273,13 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		}
 		out = append(out, w)
 	}
-	h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID, Responses: out, Rescheduled: again})
+	h.send(&ipc.ExecuteDoneMsg{BatchID: m.BatchID, Responses: out, Rescheduled: again, Open: open})
 	h.cancelMu.Lock()
 	if len(h.cancelled) > 0 {
-		for _, env := range envs {
-			delete(h.cancelled, env.handle)
+		for i, env := range envs {
+			if !reqs[i].SendLater { // Send forgets it at the final response
+				delete(h.cancelled, env.handle)
+			}
 		}
 	}
 	h.cancelMu.Unlock()

@@ -99,6 +99,14 @@ type ModelRequest struct {
 	// request. A model that is not decoupled returns a zero
 	// ModelResponse for it, which is dropped.
 	Reschedule bool
+	// SendLater, set by Execute of a model that is not decoupled, says the
+	// request's one response comes later through Send (final true), from
+	// any goroutine, after Execute returned (Python: returning None for a
+	// request whose response sender the model kept). Execute returns a
+	// zero ModelResponse for it, which is dropped. Its inputs stay valid
+	// until that response; a request never answered waits until its
+	// client gives up.
+	SendLater bool
 
 	env requestEnv
 }
@@ -142,8 +150,8 @@ func (r *ModelRequest) OutputBytes(name string, dt backendapi.DataType, shape []
 	return r.env.Output(name, dt, shape, n)
 }
 
-// Send sends a response to the request of a decoupled model, from any
-// goroutine; final marks the last one (a final response may be empty:
+// Send sends a response to the request of a decoupled model (or of one
+// that set SendLater), from any goroutine; final marks the last one (a final response may be empty:
 // Send(ModelResponse{}, true)). After the final response the request's
 // inputs are no longer valid.
 func (r *ModelRequest) Send(resp ModelResponse, final bool) error {

@@ -7,6 +7,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -168,20 +169,30 @@ func TestUserReadiness(t *testing.T) {
 // TestResponseSenderNotDecoupled checks that a model that is not decoupled
 // may answer through its response sender and return None, during execute
 // or after it returned, as in Triton; a sender dropped unused fails the
-// request instead of leaving the client waiting.
+// request instead of leaving the client waiting. go_sender_once does the
+// same in Go with ModelRequest.SendLater and Send.
 func TestResponseSenderNotDecoupled(t *testing.T) {
 	ipctest.RequirePython(t)
-	s := startServer(t, copyRepo(t, "sender_once"))
+	// The repository is used in place: Go models build from their sources
+	// inside this module.
+	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, repo, "--model-control-mode", "explicit",
+		"--load-model", "sender_once", "--load-model", "go_sender_once")
 	_, c := grpcClient(t, s)
 	for _, tc := range []struct {
-		mode, err string
+		model, mode, err string
 	}{
-		{"during", ""},
-		{"after", ""},
-		{"drop", "the response sender of the request was released without sending a response"},
+		{"sender_once", "during", ""},
+		{"sender_once", "after", ""},
+		{"sender_once", "drop", "the response sender of the request was released without sending a response"},
+		{"go_sender_once", "during", ""},
+		{"go_sender_once", "after", ""},
 	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			code, body := s.postJSON("/v2/models/sender_once/infer", map[string]any{"parameters": map[string]any{"mode": tc.mode}, "inputs": []any{}})
+		t.Run(tc.model+" "+tc.mode, func(t *testing.T) {
+			code, body := s.postJSON("/v2/models/"+tc.model+"/infer", map[string]any{"parameters": map[string]any{"mode": tc.mode}, "inputs": []any{}})
 			if tc.err != "" {
 				if code != http.StatusInternalServerError || errorText(body) != tc.err {
 					t.Fatalf("HTTP: %d %s, want 500 %q", code, body, tc.err)
@@ -189,7 +200,7 @@ func TestResponseSenderNotDecoupled(t *testing.T) {
 			} else if code != http.StatusOK || !strings.Contains(string(body), `"data":[1]`) {
 				t.Fatalf("HTTP: %d %s", code, body)
 			}
-			resp, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "sender_once",
+			resp, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: tc.model,
 				Parameters: map[string]*pb.InferParameter{"mode": {ParameterChoice: &pb.InferParameter_StringParam{StringParam: tc.mode}}}})
 			if tc.err != "" {
 				wantStatus(t, err, codes.Internal, tc.err)
