@@ -257,6 +257,23 @@ type traceUpdate struct {
 	rate, count, freq                            *string // the values given (nil when absent or null)
 }
 
+// traceScalar points at the fields of one single-valued setting of a
+// traceUpdate, so that the HTTP and gRPC front ends fill them the same way.
+type traceScalar struct {
+	key        string
+	has, clear *bool
+	val        **string
+}
+
+// scalarSettings lists the single-valued settings (all but trace_level).
+func (u *traceUpdate) scalarSettings() []traceScalar {
+	return []traceScalar{
+		{"trace_rate", &u.hasRate, &u.clearRate, &u.rate},
+		{"trace_count", &u.hasCount, &u.clearCount, &u.count},
+		{"log_frequency", &u.hasFreq, &u.clearFreq, &u.freq},
+	}
+}
+
 // apply validates and applies an update to the global or a model's scope.
 func (t *tracer) apply(model string, u *traceUpdate) error {
 	var level int

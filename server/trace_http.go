@@ -89,12 +89,7 @@ func parseTraceUpdateJSON(body []byte) (*traceUpdate, error) {
 			}
 		}
 	}
-	for _, f := range []struct {
-		key        string
-		has, clear *bool
-		val        **string
-	}{{"trace_rate", &u.hasRate, &u.clearRate, &u.rate}, {"trace_count", &u.hasCount, &u.clearCount, &u.count},
-		{"log_frequency", &u.hasFreq, &u.clearFreq, &u.freq}} {
+	for _, f := range u.scalarSettings() {
 		raw, ok := obj[f.key]
 		if !ok {
 			continue
@@ -128,12 +123,7 @@ func (g *GRPCServer) TraceSetting(ctx context.Context, req *pb.TraceSettingReque
 		if v, ok := set["trace_level"]; ok {
 			u.hasLevel, u.clearLevel, u.levelValues = true, len(v.GetValue()) == 0, v.GetValue()
 		}
-		for _, f := range []struct {
-			key        string
-			has, clear *bool
-			val        **string
-		}{{"trace_rate", &u.hasRate, &u.clearRate, &u.rate}, {"trace_count", &u.hasCount, &u.clearCount, &u.count},
-			{"log_frequency", &u.hasFreq, &u.clearFreq, &u.freq}} {
+		for _, f := range u.scalarSettings() {
 			v, ok := set[f.key]
 			if !ok {
 				continue
