@@ -179,17 +179,7 @@ func TestEnsemble(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := map[string]float32{}
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.ErrorMessage != "" {
-				t.Fatalf("stream error: %s", m.ErrorMessage)
-			}
+		for _, m := range recvStream(t, st) {
 			_, raw := outputByName(t, m.InferResponse, "OUTPUT0")
 			got[m.InferResponse.Id] = ipctest.FP32s(raw)[0]
 		}
@@ -255,17 +245,7 @@ func TestEnsemble(t *testing.T) {
 		}
 		var outs []string
 		finals := 0
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.ErrorMessage != "" {
-				t.Fatalf("stream error: %s", m.ErrorMessage)
-			}
+		for _, m := range recvStream(t, st) {
 			r := m.InferResponse
 			if r.Parameters["triton_final_response"].GetBoolParam() {
 				finals++

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -184,17 +183,7 @@ func TestGoModels(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.ErrorMessage != "" {
-				t.Fatalf("stream error: %s", m.ErrorMessage)
-			}
+		for _, m := range recvStream(t, st) {
 			r := m.InferResponse
 			outs := map[string]uint32{}
 			for i, o := range r.GetOutputs() {

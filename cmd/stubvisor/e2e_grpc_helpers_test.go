@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -96,4 +97,26 @@ func outputByName(t *testing.T, r *pb.ModelInferResponse, name string) (*pb.Mode
 	}
 	t.Fatalf("no output %s in %v", name, r.Outputs)
 	return nil, nil
+}
+
+// recvStream reads a ModelStreamInfer stream to its end and returns its
+// messages, failing the test on a transport error or an error message.
+func recvStream(t *testing.T, st interface {
+	Recv() (*pb.ModelStreamInferResponse, error)
+}) []*pb.ModelStreamInferResponse {
+	t.Helper()
+	var ms []*pb.ModelStreamInferResponse
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return ms
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ErrorMessage != "" {
+			t.Fatalf("stream error: %s", m.ErrorMessage)
+		}
+		ms = append(ms, m)
+	}
 }

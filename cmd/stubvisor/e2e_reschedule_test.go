@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,17 +116,7 @@ func TestRequestRescheduling(t *testing.T) {
 		}
 		lefts := map[string][]int32{}
 		corrids := map[string][]uint64{}
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.ErrorMessage != "" {
-				t.Fatalf("stream error: %s", m.ErrorMessage)
-			}
+		for _, m := range recvStream(t, st) {
 			r := m.InferResponse
 			_, left := outputByName(t, r, "LEFT")
 			_, corrid := outputByName(t, r, "CORRID")
