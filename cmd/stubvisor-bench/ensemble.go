@@ -12,13 +12,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
@@ -155,8 +151,7 @@ func runEnsembleBench(args []string) error {
 // loadChain runs conc callers of one side on one connection for warmup,
 // then measures for d; rps counts the whole chains that end in that time.
 func loadChain(addr string, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	conn, err := dialGRPC(addr)
 	if err != nil {
 		return Stats{}, err
 	}
