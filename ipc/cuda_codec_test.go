@@ -29,19 +29,7 @@ func cudaMessages() map[string]Message {
 
 func TestCUDACodecRoundTrip(t *testing.T) {
 	for name, m := range cudaMessages() {
-		t.Run(name, func(t *testing.T) {
-			b, err := NewEncoder().Encode(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, m) {
-				t.Fatalf("decoded\n%#v\nwant\n%#v", got, m)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkRoundTrip(t, m) })
 	}
 }
 
@@ -115,4 +103,21 @@ print(json.dumps(plain(msg)))`
 			t.Fatalf("decoded %#v", got)
 		}
 	})
+}
+
+// checkRoundTrip encodes m and decodes it back, failing unless the result
+// equals m.
+func checkRoundTrip(t *testing.T, m Message) {
+	t.Helper()
+	b, err := NewEncoder().Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("decoded\n%#v\nwant\n%#v", got, m)
+	}
 }

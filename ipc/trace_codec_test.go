@@ -1,7 +1,6 @@
 package ipc
 
 import (
-	"reflect"
 	"testing"
 )
 
@@ -19,18 +18,6 @@ func TestTraceContextRoundTrip(t *testing.T) {
 		"bls traced":                  &InferExecMsg{ID: 5, ModelName: "m", ModelVersion: -1, Request: req(nil, "ctx")},
 	}
 	for name, m := range cases {
-		t.Run(name, func(t *testing.T) {
-			b, err := NewEncoder().Encode(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, m) {
-				t.Fatalf("decoded\n%#v\nwant\n%#v", got, m)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkRoundTrip(t, m) })
 	}
 }
