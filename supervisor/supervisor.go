@@ -425,7 +425,12 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		pr.cancel()
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
-		pr.respond(nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		// finish, not respond: whoever ends the request first takes it off
+		// the version's active count, or unloading waits for it in vain.
+		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		// When another goroutine ended the request first, it may still be
+		// inside send: done closes after its final call returns.
+		<-pr.done
 		pr.leave()
 	}
 	return nil
