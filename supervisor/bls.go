@@ -199,6 +199,7 @@ func (s *Supervisor) bls(p *stubProc, m *ipc.InferExecMsg) {
 		pr.abandoned = true
 		pr.mu.Unlock()
 		pr.cancel()
+		pr.leave()
 		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "BLS request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
 		<-pr.done // another goroutine that ended it first may still be in its final call
 		return

@@ -162,12 +162,16 @@ func (p *stubProc) execute(b *batch) {
 			continue
 		}
 		r, err := p.prepare(pr)
+		if err == nil {
+			// Under the hold: a caller that gives up leaves (waiting for
+			// the hold) before it finishes the request and reads started.
+			pr.started = now
+		}
 		pr.unhold()
 		if err != nil {
 			mv.finish(pr, nil, err, true)
 			continue
 		}
-		pr.started = now
 		reqs = append(reqs, r)
 		live = append(live, pr)
 	}

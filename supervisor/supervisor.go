@@ -427,11 +427,11 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		// final call, and the caller must not be called after we return.
 		// finish, not respond: whoever ends the request first takes it off
 		// the version's active count, or unloading waits for it in vain.
+		pr.leave() // waits for a copy of the inputs under way; none starts after
 		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
 		// When another goroutine ended the request first, it may still be
 		// inside send: done closes after its final call returns.
 		<-pr.done
-		pr.leave()
 	}
 	return nil
 }
