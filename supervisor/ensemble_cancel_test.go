@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,41 +22,14 @@ func TestEnsembleCancelMidFlight(t *testing.T) {
 	for k := 0; k < 4096; k++ {
 		binary.LittleEndian.PutUint32(data[4*k:], math.Float32bits(3))
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 8*40)
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 40 {
-				ctx, cancel := context.WithCancel(context.Background())
-				go func() {
-					// Staggered over the run of a request: 0 to ~2 ms.
-					for range (g*40 + i) % 64 * 1000 {
-						if ctx.Err() != nil {
-							return
-						}
-					}
-					cancel()
-				}()
-				resp, err := s.Infer(ctx, &backendapi.InferRequest{ModelName: "ens_diamond", Inputs: []backendapi.InputTensor{
-					{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4096}, Data: data}}})
-				cancel()
-				if err != nil {
-					if backendapi.CodeOf(err) != backendapi.Cancelled {
-						errs <- err
-					}
-					continue
-				}
-				resp.Release()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+	cancelStaggered(t, func(ctx context.Context) error {
+		resp, err := s.Infer(ctx, &backendapi.InferRequest{ModelName: "ens_diamond", Inputs: []backendapi.InputTensor{
+			{Name: "INPUT0", DataType: backendapi.TypeFP32, Shape: []int64{4096}, Data: data}}})
+		if err == nil {
+			resp.Release()
+		}
+		return err
+	})
 	// A cancelled step's stub still answers later; its blocks are freed
 	// when that answer is read, so wait (bounded) for every arena to empty.
 	deadline := time.Now().Add(20 * time.Second)
