@@ -119,15 +119,7 @@ func TestDynamicBatcher(t *testing.T) {
 			go func() { defer busy.Done(); busyRes[i] = slow(1200, nil) }()
 		}
 		t.Cleanup(busy.Wait)
-		waitFor(t, 10*time.Second, "both slow requests in the stub", func() bool {
-			var models []struct {
-				Stubs []struct {
-					InFlight int `json:"in_flight"`
-				} `json:"stubs"`
-			}
-			s.getJSON("/v2/models/batch_slow/stubs", &models)
-			return len(models) == 1 && len(models[0].Stubs) == 1 && models[0].Stubs[0].InFlight == 2
-		})
+		waitInFlight(t, s, "batch_slow", 2, 10*time.Second, "both slow requests in the stub")
 
 		t.Run("timeouts", func(t *testing.T) {
 			tests := []struct {

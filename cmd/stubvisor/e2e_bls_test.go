@@ -212,15 +212,7 @@ func TestBLS(t *testing.T) {
 			go func() { defer wg.Done(); postInfer(s.HTTP, "identity_timeout", slow) }()
 		}
 		t.Cleanup(wg.Wait)
-		waitFor(t, 30*time.Second, "two requests in identity_timeout's stub", func() bool {
-			var ms []struct {
-				Stubs []struct {
-					InFlight int `json:"in_flight"`
-				} `json:"stubs"`
-			}
-			s.getJSON("/v2/models/identity_timeout/stubs", &ms)
-			return len(ms) == 1 && ms[0].Stubs[0].InFlight == 2
-		})
+		waitInFlight(t, s, "identity_timeout", 2, 30*time.Second, "two requests in identity_timeout's stub")
 		code, body := s.postJSON("/v2/models/bls_forward/infer",
 			blsForwardBody("identity_timeout", map[string]any{"timeout_us": 1000, "add_batch_dim": true}, in0, nil))
 		if code != http.StatusServiceUnavailable || errorText(body) != "Request timeout expired" {

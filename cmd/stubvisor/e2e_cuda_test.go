@@ -264,12 +264,7 @@ func TestKindGPUWithoutGPUList(t *testing.T) {
 	if len(mc.InstanceGroup) != 1 || mc.InstanceGroup[0].Kind != "KIND_GPU" || !slices.Equal(mc.InstanceGroup[0].Gpus, []int32{0, 1}) {
 		t.Fatalf("instance_group %+v, want KIND_GPU on gpus [0 1]", mc.InstanceGroup)
 	}
-	var ms []struct {
-		Stubs []struct {
-			Instance string `json:"instance"`
-		} `json:"stubs"`
-	}
-	s.getJSON("/v2/models/gpu_echo/stubs", &ms)
+	ms := stubsOf(t, s, "gpu_echo")
 	if len(ms) != 1 || len(ms[0].Stubs) != 2 {
 		t.Fatalf("stubs %+v, want one instance on each of the two devices", ms)
 	}

@@ -86,17 +86,9 @@ func ensPoolsIdle(t *testing.T, s *server, models ...string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, fmt.Sprintf("the pools of %v to empty", models), func() bool {
 		for _, m := range models {
-			var ms []struct {
-				Stubs []struct {
-					InUse uint64 `json:"pool_bytes_in_use"`
-				} `json:"stubs"`
-			}
-			s.getJSON("/v2/models/"+m+"/stubs", &ms)
-			for _, v := range ms {
-				for _, st := range v.Stubs {
-					if st.InUse != 0 {
-						return false
-					}
+			for _, st := range allStubs(t, s, m) {
+				if st.PoolInUse != 0 {
+					return false
 				}
 			}
 		}
@@ -301,19 +293,14 @@ func TestEnsemble(t *testing.T) {
 	})
 
 	t.Run("step killed mid-request", func(t *testing.T) {
-		var before []struct {
-			Stubs []struct {
-				PID int `json:"pid"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/kill_self/stubs", &before)
+		before := oneStub(t, s, "kill_self")
 		code, body := s.httpInferJSON("ens_kill", ensFP32(map[string]any{"kill": true}, nil, 1))
 		msg := httpErrorText(t, body)
 		if code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, "in ensemble 'ens_kill', Stub process 'kill_self_0_0' of model 'kill_self' died while executing the request: signal: killed") {
 			t.Fatalf("%d %s", code, msg)
 		}
-		if err := syscall.Kill(before[0].Stubs[0].PID, 0); err == nil {
-			t.Errorf("the killed stub %d still exists", before[0].Stubs[0].PID)
+		if err := syscall.Kill(before.PID, 0); err == nil {
+			t.Errorf("the killed stub %d still exists", before.PID)
 		}
 		waitFor(t, 30*time.Second, "kill_self to be ready again", func() bool {
 			code, _, _ := s.do("GET", "/v2/models/kill_self/ready", nil)
@@ -427,18 +414,6 @@ func TestEnsembleExplicit(t *testing.T) {
 		t.Fatalf("%s is not in the index: %s", model, body)
 		return ""
 	}
-	stubPID := func(model string) int {
-		var ms []struct {
-			Stubs []struct {
-				PID int `json:"pid"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/"+model+"/stubs", &ms)
-		if len(ms) != 1 || len(ms[0].Stubs) != 1 {
-			t.Fatalf("%s stubs %+v", model, ms)
-		}
-		return ms[0].Stubs[0].PID
-	}
 	load := func(model string, params map[string]any) (int, string) {
 		if params == nil {
 			params = map[string]any{}
@@ -469,7 +444,7 @@ func TestEnsembleExplicit(t *testing.T) {
 	if out := ensOutputs(t, s, "ens_pipeline", ensFP32(nil, nil, 1)); out["OUTPUT0"] != "[3]" {
 		t.Fatalf("infer: %v", out)
 	}
-	pid := stubPID("ens_scale")
+	pid := oneStub(t, s, "ens_scale").PID
 
 	// Unloading it leaves them loaded; loading it again reuses them.
 	unload("ens_pipeline", false)
@@ -487,7 +462,7 @@ func TestEnsembleExplicit(t *testing.T) {
 	if code, body := load("ens_pipeline", nil); code != http.StatusOK {
 		t.Fatalf("load again: %d %s", code, body)
 	}
-	if p := stubPID("ens_scale"); p != pid {
+	if p := oneStub(t, s, "ens_scale").PID; p != pid {
 		t.Errorf("ens_scale was restarted (pid %d -> %d) by loading the ensemble again", pid, p)
 	}
 

@@ -77,15 +77,7 @@ class TritonPythonModel:
 	pid, _ := stubOf(t, s, "with_helper", "with_helper_0")
 	done := make(chan timedInfer, 1)
 	go func() { done <- timedPost(s.HTTP, "with_helper", sleepRequest(30)) }()
-	waitFor(t, 10*time.Second, "the request to run", func() bool {
-		var m []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/with_helper/stubs", &m)
-		return len(m) == 1 && len(m[0].Stubs) == 1 && m[0].Stubs[0].InFlight == 1
-	})
+	waitInFlight(t, s, "with_helper", 1, 10*time.Second, "the request to run")
 	time.Sleep(100 * time.Millisecond) // let execute start sleeping; the kill below is the event under test
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -128,19 +120,7 @@ func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
 	s := startServer(t, repo)
 	slow := make(chan timedInfer, 1)
 	go func() { slow <- timedPost(s.HTTP, "two_slow", sleepRequest(10)) }()
-	waitFor(t, 10*time.Second, "the slow request to run", func() bool {
-		var m []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/two_slow/stubs", &m)
-		n := 0
-		for _, st := range m[0].Stubs {
-			n += st.InFlight
-		}
-		return n == 1
-	})
+	waitInFlight(t, s, "two_slow", 1, 10*time.Second, "the slow request to run")
 	for round := range 3 {
 		const clients = 4
 		res := make(chan timedInfer, clients)
@@ -174,15 +154,7 @@ func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
 	s := startServer(t, repo)
 	hung := make(chan timedInfer, 1)
 	go func() { hung <- timedPost(s.HTTP, "one_hang", sleepRequest(60)) }()
-	waitFor(t, 10*time.Second, "the hung request to run", func() bool {
-		var m []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/one_hang/stubs", &m)
-		return m[0].Stubs[0].InFlight == 1
-	})
+	waitInFlight(t, s, "one_hang", 1, 10*time.Second, "the hung request to run")
 	queued := make(chan timedInfer, 2)
 	for range 2 {
 		go func() { queued <- timedPost(s.HTTP, "one_hang", sleepRequest(0)) }()
@@ -214,15 +186,7 @@ func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
 	s := startServer(t, repo, "--exit-timeout-secs", "2")
 	done := make(chan timedInfer, 1)
 	go func() { done <- timedPost(s.HTTP, "long_exec", sleepRequest(20)) }()
-	waitFor(t, 10*time.Second, "the long request to run", func() bool {
-		var m []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/long_exec/stubs", &m)
-		return m[0].Stubs[0].InFlight == 1
-	})
+	waitInFlight(t, s, "long_exec", 1, 10*time.Second, "the long request to run")
 	start := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -270,14 +234,7 @@ class TritonPythonModel:
 	type indexEntry struct {
 		Name, Version, State, Reason string
 	}
-	type stubsEntry struct {
-		Model, Version, State, Reason string
-		Stubs                         []struct {
-			State     string `json:"state"`
-			LastCause string `json:"last_exit_cause"`
-		}
-	}
-	sample := func() (indexEntry, int, stubsEntry) {
+	sample := func() (indexEntry, int, modelStubs) {
 		code, body := s.postJSON("/v2/repository/index", map[string]any{})
 		if code != 200 {
 			t.Fatalf("index: %d %s", code, body)
@@ -287,8 +244,7 @@ class TritonPythonModel:
 			t.Fatalf("index: %v %s", err, body)
 		}
 		ready, _, _ := s.do("GET", "/v2/models/crash_loop/ready", nil)
-		var st []stubsEntry
-		s.getJSON("/v2/models/crash_loop/stubs", &st)
+		st := stubsOf(t, s, "crash_loop")
 		if len(st) != 1 {
 			t.Fatalf("stubs: %+v", st)
 		}

@@ -217,23 +217,12 @@ func TestFaultInflightRequestBudget(t *testing.T) {
 		})
 		return err
 	}
-	inFlight := func(want int) func() bool {
-		return func() bool {
-			var m []struct {
-				Stubs []struct {
-					InFlight int `json:"in_flight"`
-				} `json:"stubs"`
-			}
-			s.getJSON("/v2/models/sleepy/stubs", &m)
-			return m[0].Stubs[0].InFlight == want
-		}
-	}
 	slow := make(chan int, 1)
 	go func() { code, _ := postBinary(3); slow <- code }()
-	waitFor(t, 20*time.Second, "the first request to run", inFlight(1))
+	waitInFlight(t, s, "sleepy", 1, 20*time.Second, "the first request to run")
 	queued := make(chan error, 1)
 	go func() { queued <- grpcInfer(n, 0) }()
-	waitFor(t, 20*time.Second, "the second request to queue", inFlight(2))
+	waitInFlight(t, s, "sleepy", 2, 20*time.Second, "the second request to queue")
 
 	if code, body := postBinary(0); code != http.StatusServiceUnavailable || !strings.Contains(errorText(body), "--max-inflight-request-bytes") {
 		t.Errorf("HTTP request over the budget: %d %s, want 503 naming the flag", code, body)

@@ -261,15 +261,7 @@ func TestGenerate(t *testing.T) {
 		if strings.Contains(s.Log(), "token_gen: finished 500 tokens") {
 			t.Fatalf("the model ran the abandoned request to its end:\n%s", s.Log())
 		}
-		waitFor(t, 30*time.Second, "no request in flight on token_gen", func() bool {
-			var ms []struct {
-				Stubs []struct {
-					InFlight int `json:"in_flight"`
-				} `json:"stubs"`
-			}
-			s.getJSON("/v2/models/token_gen/stubs", &ms)
-			return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 0
-		})
+		waitInFlight(t, s, "token_gen", 0, 30*time.Second, "no request in flight on token_gen")
 	})
 	t.Run("a reader that stops reading stalls the model", func(t *testing.T) {
 		// 300000 small tokens (they travel inside the stub's ring

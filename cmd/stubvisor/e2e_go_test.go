@@ -22,27 +22,6 @@ import (
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
-// goStub is the part of GET /v2/models/{m}/stubs the tests read.
-type goStub struct {
-	PID       int    `json:"pid"`
-	State     string `json:"state"`
-	Restarts  int    `json:"restarts"`
-	LastCause string `json:"last_exit_cause"`
-	Kind      string `json:"kind"`
-}
-
-func goStubOf(t *testing.T, s *server, model string) goStub {
-	t.Helper()
-	var ms []struct {
-		Stubs []goStub `json:"stubs"`
-	}
-	s.getJSON("/v2/models/"+model+"/stubs", &ms)
-	if len(ms) != 1 || len(ms[0].Stubs) != 1 {
-		t.Fatalf("stubs of %s: %+v", model, ms)
-	}
-	return ms[0].Stubs[0]
-}
-
 type goInferOut struct {
 	Name     string  `json:"name"`
 	Datatype string  `json:"datatype"`
@@ -90,7 +69,7 @@ func TestGoModels(t *testing.T) {
 		if code != 200 || fmt.Sprint(out.Data) != "[1 2 3 4]" || fmt.Sprint(out.Shape) != "[4]" || out.Datatype != "INT32" {
 			t.Fatalf("go_minimal: %d %+v %s", code, out, msg)
 		}
-		if st := goStubOf(t, s, "go_minimal"); st.Kind != "go" || st.State != "ready" {
+		if st := oneStub(t, s, "go_minimal"); st.Kind != "go" || st.State != "ready" {
 			t.Fatalf("stub status %+v", st)
 		}
 	})
@@ -199,45 +178,43 @@ func TestGoModels(t *testing.T) {
 	})
 
 	t.Run("panic_restarts_stub", func(t *testing.T) {
-		before := goStubOf(t, s, "go_panic")
+		before := oneStub(t, s, "go_panic")
 		code, _, msg := goInfer(t, s, "go_panic", []int64{4}, -1, 0, 0, 0)
 		if code == 200 || !strings.Contains(msg, "died while executing the request") || !strings.Contains(msg, "exit status 2") {
 			t.Fatalf("panicking request: %d %q, want the stub death reported", code, msg)
 		}
-		waitFor(t, 30*time.Second, "go_panic restarted", func() bool {
-			st := goStubOf(t, s, "go_panic")
-			return st.Restarts == 1 && st.State == "ready" && st.PID != before.PID
-		})
-		code, out, msg := goInfer(t, s, "go_panic", []int64{4}, 9, 8, 7, 6)
-		if code != 200 || fmt.Sprint(out.Data) != "[9 8 7 6]" {
-			t.Fatalf("after restart: %d %+v %s", code, out, msg)
-		}
-		if st := goStubOf(t, s, "go_panic"); !strings.Contains(st.LastCause, "exit status 2") {
-			t.Fatalf("last exit cause %q, want the panic's exit status 2", st.LastCause)
-		}
+		goRestarted(t, s, "go_panic", before, "exit status 2", 9, 8, 7, 6)
 		if log := s.Log(); !strings.Contains(log, "panic: go_panic: IN0[0] == -1") {
 			t.Fatalf("the panic is not in the server log:\n%s", log)
 		}
 	})
 
 	t.Run("sigkill_restarts_stub", func(t *testing.T) {
-		before := goStubOf(t, s, "go_minimal")
+		before := oneStub(t, s, "go_minimal")
 		if before.PID <= 0 {
 			t.Fatalf("no pid: %+v", before)
 		}
 		if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "go_minimal restarted", func() bool {
-			st := goStubOf(t, s, "go_minimal")
-			return st.Restarts == 1 && st.State == "ready" && st.PID != before.PID
-		})
-		code, out, msg := goInfer(t, s, "go_minimal", []int64{4}, 4, 3, 2, 1)
-		if code != 200 || fmt.Sprint(out.Data) != "[4 3 2 1]" {
-			t.Fatalf("after restart: %d %+v %s", code, out, msg)
-		}
-		if st := goStubOf(t, s, "go_minimal"); !strings.Contains(st.LastCause, "signal: killed") {
-			t.Fatalf("last exit cause %q, want \"signal: killed\"", st.LastCause)
-		}
+		goRestarted(t, s, "go_minimal", before, "signal: killed", 4, 3, 2, 1)
 	})
+}
+
+// goRestarted waits until model's stub, which was before, has restarted
+// once, then checks that it echoes vals and that its last exit cause names
+// cause.
+func goRestarted(t *testing.T, s *server, model string, before stubStatus, cause string, vals ...int32) {
+	t.Helper()
+	waitFor(t, 30*time.Second, model+" restarted", func() bool {
+		st := oneStub(t, s, model)
+		return st.Restarts == 1 && st.State == "ready" && st.PID != before.PID
+	})
+	code, out, msg := goInfer(t, s, model, []int64{int64(len(vals))}, vals...)
+	if want := fmt.Sprint(vals); code != 200 || fmt.Sprint(out.Data) != want {
+		t.Fatalf("after restart: %d %+v %s, want %s", code, out, msg, want)
+	}
+	if st := oneStub(t, s, model); !strings.Contains(st.LastCause, cause) {
+		t.Fatalf("last exit cause %q, want it to contain %q", st.LastCause, cause)
+	}
 }

@@ -154,7 +154,7 @@ func TestGoShm(t *testing.T) {
 	t.Run("unregister unmaps the region in the stub", func(t *testing.T) {
 		r := newClientRegion(t, "go-unmap", 4096)
 		path := "/dev/shm" + r.key
-		pid := goStubOf(t, s, "go_identity_fp32").PID
+		pid := oneStub(t, s, "go_identity_fp32").PID
 		code, body := s.postJSON("/v2/systemsharedmemory/region/go_unmap/register", map[string]any{"key": r.key, "byte_size": 4096})
 		if code != 200 {
 			t.Fatalf("register: %d %s", code, body)

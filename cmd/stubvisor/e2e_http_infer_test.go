@@ -328,17 +328,7 @@ func httpMetrics(t *testing.T, e httpSuite) {
 // httpStubs is the case "stubs" of TestHTTPEndpoints.
 func httpStubs(t *testing.T, e httpSuite) {
 	s := e.s
-	var all []struct {
-		Model string `json:"model"`
-		State string `json:"state"`
-		Stubs []struct {
-			Instance string `json:"instance"`
-			Kind     string `json:"kind"`
-			PID      int    `json:"pid"`
-			State    string `json:"state"`
-			Restarts int    `json:"restarts"`
-		} `json:"stubs"`
-	}
+	var all []modelStubs
 	s.getJSON("/v2/stubs", &all)
 	seen := map[string]bool{}
 	for _, m := range all {

@@ -190,15 +190,7 @@ func TestHTTPGracefulShutdown(t *testing.T) {
 		_, err = buf.ReadFrom(resp.Body)
 		done <- result{resp.StatusCode, resp.Header, buf.Bytes(), err}
 	}()
-	waitFor(t, 10*time.Second, "the request to be in execute", func() bool {
-		var ms []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/e2e_echo/stubs", &ms)
-		return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 1
-	})
+	waitInFlight(t, s, "e2e_echo", 1, 10*time.Second, "the request to be in execute")
 	start := time.Now()
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

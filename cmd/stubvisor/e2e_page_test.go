@@ -98,26 +98,6 @@ func pageElement(t *testing.T, dom, tag, id string) (map[string]string, string) 
 	return nil, ""
 }
 
-// pageStub is a stub as /v2/stubs reports it.
-type pageStub struct {
-	PID      int    `json:"pid"`
-	State    string `json:"state"`
-	Restarts int    `json:"restarts"`
-	Cause    string `json:"last_exit_cause"`
-}
-
-func stubFromAPI(t *testing.T, s *server, model string) pageStub {
-	t.Helper()
-	var ms []struct {
-		Stubs []pageStub `json:"stubs"`
-	}
-	s.getJSON("/v2/models/"+model+"/stubs", &ms)
-	if len(ms) != 1 || len(ms[0].Stubs) != 1 {
-		t.Fatalf("%s stubs: %+v", model, ms)
-	}
-	return ms[0].Stubs[0]
-}
-
 // TestStatusPage loads / in Chromium, checks what it shows, kills the
 // stub and checks that the page shows it came back.
 func TestStatusPage(t *testing.T) {
@@ -125,7 +105,7 @@ func TestStatusPage(t *testing.T) {
 	chromium := chromiumPath(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--stub-restart-backoff", "50ms")
 
-	check := func(t *testing.T, want pageStub) {
+	check := func(t *testing.T, want stubStatus) {
 		t.Helper()
 		dom := pageDOM(t, chromium, s.HTTP+"/")
 		status, _ := pageElement(t, dom, "span", "status")
@@ -147,8 +127,8 @@ func TestStatusPage(t *testing.T) {
 			t.Errorf("restarts cell %v, want %d", m, want.Restarts)
 		}
 		shown := "-"
-		if want.Cause != "" {
-			shown = want.Cause
+		if want.LastCause != "" {
+			shown = want.LastCause
 		}
 		if m := causeRE.FindStringSubmatch(rowHTML); m == nil || html.UnescapeString(m[2]) != shown {
 			t.Errorf("last exit cell %v, want %q", m, shown)
@@ -156,7 +136,7 @@ func TestStatusPage(t *testing.T) {
 	}
 
 	t.Run("shows the running stub", func(t *testing.T) {
-		st := stubFromAPI(t, s, "add_sub")
+		st := oneStub(t, s, "add_sub")
 		if st.PID <= 0 || st.Restarts != 0 {
 			t.Fatalf("stub before the kill: %+v", st)
 		}
@@ -164,17 +144,17 @@ func TestStatusPage(t *testing.T) {
 	})
 
 	t.Run("shows the restart after SIGKILL", func(t *testing.T) {
-		before := stubFromAPI(t, s, "add_sub")
+		before := oneStub(t, s, "add_sub")
 		if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		var after pageStub
+		var after stubStatus
 		waitFor(t, 30*time.Second, "the stub to come back", func() bool {
-			after = stubFromAPI(t, s, "add_sub")
+			after = oneStub(t, s, "add_sub")
 			return after.Restarts == 1 && after.State == "ready" && after.PID != before.PID && after.PID > 0
 		})
-		if !strings.Contains(after.Cause, "killed") {
-			t.Errorf("exit cause %q does not say the stub was killed", after.Cause)
+		if !strings.Contains(after.LastCause, "killed") {
+			t.Errorf("exit cause %q does not say the stub was killed", after.LastCause)
 		}
 		check(t, after)
 	})

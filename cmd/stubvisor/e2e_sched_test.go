@@ -56,12 +56,7 @@ func TestSchedulingPolicies(t *testing.T) {
 	if batch < len(threads)-1 {
 		t.Errorf("%d of the server's %d threads run under SCHED_BATCH, want all but the launcher", batch, len(threads))
 	}
-	var all []struct {
-		Stubs []struct {
-			Instance string `json:"instance"`
-			PID      int    `json:"pid"`
-		} `json:"stubs"`
-	}
+	var all []modelStubs
 	s.getJSON("/v2/stubs", &all)
 	stubs := 0
 	for _, m := range all {

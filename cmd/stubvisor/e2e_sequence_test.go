@@ -443,19 +443,9 @@ func TestSequenceBatchForming(t *testing.T) {
 // stubOf returns the pid and restart count of one instance's stub.
 func stubOf(t *testing.T, s *server, model, instance string) (pid, restarts int) {
 	t.Helper()
-	var models []struct {
-		Stubs []struct {
-			Instance string `json:"instance"`
-			PID      int    `json:"pid"`
-			Restarts int    `json:"restarts"`
-		} `json:"stubs"`
-	}
-	s.getJSON("/v2/models/"+model+"/stubs", &models)
-	for _, m := range models {
-		for _, st := range m.Stubs {
-			if st.Instance == instance {
-				return st.PID, st.Restarts
-			}
+	for _, st := range allStubs(t, s, model) {
+		if st.Instance == instance {
+			return st.PID, st.Restarts
 		}
 	}
 	t.Fatalf("no stub for instance %s of %s", instance, model)

@@ -120,17 +120,9 @@ func (c shmTensor) name() string {
 // stubHighWater is the largest pool high water of any stub of model.
 func stubHighWater(t *testing.T, s *server, model string) uint64 {
 	t.Helper()
-	var st []struct {
-		Stubs []struct {
-			HighWater uint64 `json:"pool_bytes_high_water"`
-		} `json:"stubs"`
-	}
-	s.getJSON("/v2/models/"+model+"/stubs", &st)
 	var hw uint64
-	for _, m := range st {
-		for _, x := range m.Stubs {
-			hw = max(hw, x.HighWater)
-		}
+	for _, x := range allStubs(t, s, model) {
+		hw = max(hw, x.PoolHighWater)
 	}
 	return hw
 }
@@ -528,15 +520,7 @@ func TestSystemShmUnregisterInUse(t *testing.T) {
 		code, _ := s.postJSON("/v2/models/e2e_echo/infer", req)
 		done <- code
 	}()
-	waitFor(t, 10*time.Second, "the request to be in execute", func() bool {
-		var ms []struct {
-			Stubs []struct {
-				InFlight int `json:"in_flight"`
-			} `json:"stubs"`
-		}
-		s.getJSON("/v2/models/e2e_echo/stubs", &ms)
-		return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].InFlight == 1
-	})
+	waitInFlight(t, s, "e2e_echo", 1, 10*time.Second, "the request to be in execute")
 	if code, body := s.postJSON("/v2/systemsharedmemory/unregister", nil); code != 200 {
 		t.Fatalf("unregister all while in use: %d %s", code, body)
 	}
