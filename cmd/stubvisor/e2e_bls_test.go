@@ -7,8 +7,8 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,31 +55,12 @@ func (a blsAnswer) output(name string) []float32 {
 	return nil
 }
 
-func sameFloats(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // streamInt32 reads a decoupled stream to its end and returns every
 // response's INT32/BOOL outputs by name, in order.
 func streamInt32(t *testing.T, st pb.GRPCInferenceService_ModelStreamInferClient) []map[string]int32 {
 	t.Helper()
 	var got []map[string]int32
-	for {
-		m, err := st.Recv()
-		if err == io.EOF {
-			return got
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
 		if m.ErrorMessage != "" {
 			t.Fatalf("stream error: %s", m.ErrorMessage)
 		}
@@ -94,10 +75,10 @@ func streamInt32(t *testing.T, st pb.GRPCInferenceService_ModelStreamInferClient
 			}
 		}
 		got = append(got, outs)
-		if final := r.GetParameters()["triton_final_response"]; final != nil && final.GetBoolParam() {
-			return got
-		}
-	}
+		final := r.GetParameters()["triton_final_response"]
+		return final == nil || !final.GetBoolParam()
+	})
+	return got
 }
 
 // blsStreamRequest is one request for bls_stream.
@@ -125,7 +106,7 @@ func TestBLS(t *testing.T) {
 		if code != http.StatusOK || json.Unmarshal(body, &a) != nil {
 			t.Fatalf("%d %s", code, body)
 		}
-		if !sameFloats(a.output("OUTPUT0"), sum) || !sameFloats(a.output("OUTPUT1"), diff) {
+		if !slices.Equal(a.output("OUTPUT0"), sum) || !slices.Equal(a.output("OUTPUT1"), diff) {
 			t.Fatalf("got %s", body)
 		}
 	})
@@ -223,7 +204,7 @@ func TestBLS(t *testing.T) {
 		code, body = s.postJSON("/v2/models/bls_forward/infer",
 			blsForwardBody("identity_timeout", map[string]any{"timeout_us": 11000000000, "add_batch_dim": true}, in0, nil))
 		var a blsAnswer
-		if code != http.StatusOK || json.Unmarshal(body, &a) != nil || !sameFloats(a.output("OUTPUT0"), in0) {
+		if code != http.StatusOK || json.Unmarshal(body, &a) != nil || !slices.Equal(a.output("OUTPUT0"), in0) {
 			t.Fatalf("%d %s", code, body)
 		}
 		waitFor(t, 10*time.Second, "the callee to log the BLS request's timeout", func() bool {

@@ -74,8 +74,8 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 	}
 	s := startServer(t, repo, "--allow-client-shm=true", "--model-control-mode", "explicit",
 		"--load-model", "identity_fp32", "--load-model", "cuda_device", "--load-model", "go_identity_fp32")
-	_, c := shmGRPC(t, s)
-	ctx := shmCtx(t)
+	_, c := grpcClient(t, s)
+	ctx := callCtx(t)
 	const size = 1 << 16
 	in, inHandle := deviceBuffer(t, d, size)
 	out, outHandle := deviceBuffer(t, d, size)

@@ -125,8 +125,8 @@ func TestGoShm(t *testing.T) {
 
 	t.Run("gRPC, go_minimal, output into the input's region", func(t *testing.T) {
 		r := newClientRegion(t, "go-grpc", 8192)
-		_, c := shmGRPC(t, s)
-		ctx := shmCtx(t)
+		_, c := grpcClient(t, s)
+		ctx := callCtx(t)
 		if _, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "go_grpc", Key: r.key, Offset: 1000, ByteSize: 4096}); err != nil {
 			t.Fatal(err)
 		}

@@ -99,24 +99,41 @@ func outputByName(t *testing.T, r *pb.ModelInferResponse, name string) (*pb.Mode
 	return nil, nil
 }
 
-// recvStream reads a ModelStreamInfer stream to its end and returns its
-// messages, failing the test on a transport error or an error message.
-func recvStream(t *testing.T, st interface {
+// streamReceiver is the receiving side of a ModelStreamInfer stream.
+type streamReceiver interface {
 	Recv() (*pb.ModelStreamInferResponse, error)
-}) []*pb.ModelStreamInferResponse {
+}
+
+// recvEach calls each on every message of a ModelStreamInfer stream until
+// the stream ends or each returns false, failing the test on a transport
+// error. In-band error messages go to each.
+func recvEach(t *testing.T, st streamReceiver, each func(*pb.ModelStreamInferResponse) bool) {
 	t.Helper()
-	var ms []*pb.ModelStreamInferResponse
 	for {
 		m, err := st.Recv()
 		if err == io.EOF {
-			return ms
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		if !each(m) {
+			return
+		}
+	}
+}
+
+// recvStream reads a ModelStreamInfer stream to its end and returns its
+// messages, failing the test on a transport error or an error message.
+func recvStream(t *testing.T, st streamReceiver) []*pb.ModelStreamInferResponse {
+	t.Helper()
+	var ms []*pb.ModelStreamInferResponse
+	recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
 		if m.ErrorMessage != "" {
 			t.Fatalf("stream error: %s", m.ErrorMessage)
 		}
 		ms = append(ms, m)
-	}
+		return true
+	})
+	return ms
 }

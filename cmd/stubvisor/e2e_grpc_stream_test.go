@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,18 +57,11 @@ func grpcStreamDecoupled(t *testing.T, e grpcSuite) {
 	got := map[string][]int32{}
 	finals := map[string]int{}
 	errs := map[string]string{}
-	for {
-		m, err := st.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
 		r := m.InferResponse
 		if m.ErrorMessage != "" {
 			errs[r.GetId()] = m.ErrorMessage
-			continue
+			return true
 		}
 		final := r.Parameters["triton_final_response"].GetBoolParam()
 		if final {
@@ -79,11 +71,12 @@ func grpcStreamDecoupled(t *testing.T, e grpcSuite) {
 			if !final || r.ModelName != "repeat_decoupled" {
 				t.Errorf("empty response that is not the final one: %v", r)
 			}
-			continue
+			return true
 		}
 		_, out := outputByName(t, r, "OUT")
 		got[r.Id] = append(got[r.Id], int32(binary.LittleEndian.Uint32(out)))
-	}
+		return true
+	})
 	if !slices.Equal(got["a"], []int32{10, 11, 12, 13, 14}) || !slices.Equal(got["b"], []int32{7, 8}) {
 		t.Errorf("streamed values %v", got)
 	}
@@ -112,19 +105,13 @@ func grpcStreamNonDecoupled(t *testing.T, e grpcSuite) {
 	}
 	_ = st.CloseSend()
 	n := 0
-	for {
-		m, err := st.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
 		if m.ErrorMessage != "" || !m.InferResponse.Parameters["triton_final_response"].GetBoolParam() {
 			t.Fatalf("response %v", m)
 		}
 		n++
-	}
+		return true
+	})
 	if n != 3 {
 		t.Fatalf("%d responses, want 3", n)
 	}

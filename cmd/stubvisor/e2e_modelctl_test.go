@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -98,7 +99,7 @@ func TestModelLoadingAPI(t *testing.T) {
 	if code := ready("add_sub"); code == http.StatusOK {
 		t.Fatal("add_sub is still ready after unload_model")
 	}
-	if got := identity("identity_fp32"); !sameFloats(got, []float32{1.5, -3}) {
+	if got := identity("identity_fp32"); !slices.Equal(got, []float32{1.5, -3}) {
 		t.Fatalf("identity_fp32 loaded by load_model answered %v", got)
 	}
 
@@ -109,7 +110,7 @@ func TestModelLoadingAPI(t *testing.T) {
 	if _, err := control(map[string]any{"op": "load", "model": "identity_fp32", "config": cfg, "file:1/model.py": doubleModel}); err != "" {
 		t.Fatalf("load with overrides: %s", err)
 	}
-	if got := identity("identity_fp32"); !sameFloats(got, []float32{3, -6}) {
+	if got := identity("identity_fp32"); !slices.Equal(got, []float32{3, -6}) {
 		t.Fatalf("identity_fp32 reloaded with a model.py override answered %v, want [3 -6]", got)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"io"
 	"strconv"
 	"testing"
 
@@ -34,14 +33,7 @@ func TestStreamBatchOrder(t *testing.T) {
 		}
 		_ = st.CloseSend()
 		got, merged := 0, false
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
 			if m.ErrorMessage != "" {
 				t.Fatalf("round %d: %s", round, m.ErrorMessage)
 			}
@@ -59,7 +51,8 @@ func TestStreamBatchOrder(t *testing.T) {
 				merged = true
 			}
 			got++
-		}
+			return true
+		})
 		if got != n {
 			t.Fatalf("round %d: %d responses, want %d", round, got, n)
 		}

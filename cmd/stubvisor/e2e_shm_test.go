@@ -7,7 +7,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -19,9 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
@@ -372,29 +369,12 @@ func TestSharedMemoryDisabledByDefault(t *testing.T) {
 	if len(all) != 0 {
 		t.Errorf("status: %v", all)
 	}
-	_, c := shmGRPC(t, s)
-	ctx := shmCtx(t)
+	_, c := grpcClient(t, s)
+	ctx := callCtx(t)
 	_, err := c.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "d", Key: r.key, ByteSize: 16})
 	if st, _ := status.FromError(err); st.Code() != codes.Unimplemented || !strings.Contains(st.Message(), text) {
 		t.Errorf("gRPC register: %v", err)
 	}
-}
-
-// shmGRPC dials the server's gRPC listener, closed at cleanup.
-func shmGRPC(t *testing.T, s *server) (*grpc.ClientConn, pb.GRPCInferenceServiceClient) {
-	t.Helper()
-	conn, err := grpc.NewClient(s.GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn, pb.NewGRPCInferenceServiceClient(conn)
-}
-
-func shmCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func grpcShmParams(region string, offset, size int64) map[string]*pb.InferParameter {
@@ -408,8 +388,8 @@ func grpcShmParams(region string, offset, size int64) map[string]*pb.InferParame
 func TestSharedMemoryGRPC(t *testing.T) {
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "identity_all"), "--allow-client-shm=true")
-	_, c := shmGRPC(t, s)
-	ctx := shmCtx(t)
+	_, c := grpcClient(t, s)
+	ctx := callCtx(t)
 	in := newClientRegion(t, "grpc-in", 1<<14)
 	out := newClientRegion(t, "grpc-out", 1<<14)
 	for name, key := range map[string]string{"g_in": in.key, "g_out": out.key} {
