@@ -40,15 +40,7 @@ class TritonPythonModel:
             os._exit(0)
         with open(` + strconv.Quote(pids) + `, "a") as f:
             f.write("%d %d\n" % (helper.pid, child))
-
-    def execute(self, requests):
-        out = []
-        for r in requests:
-            time.sleep(float(json.loads(r.parameters()).get("sleep", 0)))
-            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
-        return out
-`})
+` + faultSleepExecute})
 	var helpers []int
 	t.Cleanup(func() { // whatever the outcome, leave nothing behind
 		for _, pid := range helpers {

@@ -28,13 +28,10 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// faultSleepModel is a one-instance-group FP32 echo whose execute sleeps
-// for the request parameter "sleep" (seconds) first.
-const faultSleepModel = `
-import json, time
-import triton_python_backend_utils as pb_utils
-
-class TritonPythonModel:
+// faultSleepExecute is the execute method of faultSleepModel: an FP32 echo
+// that sleeps for the request parameter "sleep" (seconds) first. It needs
+// json, time and pb_utils imported.
+const faultSleepExecute = `
     def execute(self, requests):
         out = []
         for r in requests:
@@ -43,6 +40,14 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
         return out
 `
+
+// faultSleepModel is a one-instance-group FP32 echo whose execute sleeps
+// for the request parameter "sleep" (seconds) first.
+const faultSleepModel = `
+import json, time
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:` + faultSleepExecute
 
 // sleepRequest is an infer request body for faultSleepModel.
 func sleepRequest(secs float64) map[string]any {
