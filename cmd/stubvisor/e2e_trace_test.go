@@ -390,31 +390,27 @@ func TestTraceOpenTelemetry(t *testing.T) {
 			t.Errorf("compute events %v", events)
 		}
 	}
-	t.Run("http traceparent", func(t *testing.T) {
-		const traceHex = "4bf92f3577b34da6a3ce929d0e0e4736"
-		body := httpMustJSON(t, httpAddSubJSON([]float32{1, 2, 3, 4}, []float32{1, 1, 1, 1}))
-		code, _, resp := s.do("POST", "/v2/models/add_sub/infer", body, "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
+	// traced posts an infer request under the client's span of trace
+	// traceHex and returns the answer and the n spans the server sent.
+	traced := func(t *testing.T, model string, req any, traceHex string, n int) ([]byte, []*tracepb.Span) {
+		t.Helper()
+		code, _, resp := s.do("POST", "/v2/models/"+model+"/infer", httpMustJSON(t, req), "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
 		if code != 200 {
 			t.Fatalf("infer: %d %s", code, resp)
 		}
 		id, _ := hex.DecodeString(traceHex)
-		check(t, traceHex, byName(rc.collect(t, id, 4)))
+		return resp, rc.collect(t, id, n)
+	}
+	addSub := httpAddSubJSON([]float32{1, 2, 3, 4}, []float32{1, 1, 1, 1})
+	t.Run("http traceparent", func(t *testing.T) {
+		const traceHex = "4bf92f3577b34da6a3ce929d0e0e4736"
+		_, spans := traced(t, "add_sub", addSub, traceHex, 4)
+		check(t, traceHex, byName(spans))
 	})
 	t.Run("bls call joins the trace", func(t *testing.T) {
 		const traceHex = "5bf92f3577b34da6a3ce929d0e0e4737"
-		body := httpMustJSON(t, httpAddSubJSON([]float32{1, 2, 3, 4}, []float32{1, 1, 1, 1}))
-		code, _, resp := s.do("POST", "/v2/models/bls_trace/infer", body, "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
-		if code != 200 {
-			t.Fatalf("infer: %d %s", code, resp)
-		}
-		id, _ := hex.DecodeString(traceHex)
-		spans := rc.collect(t, id, 7)
-		var root *tracepb.Span
-		for _, sp := range spans {
-			if sp.Name == "InferRequest" {
-				root = sp
-			}
-		}
+		resp, spans := traced(t, "bls_trace", addSub, traceHex, 7)
+		root := byName(spans)["InferRequest"]
 		if root == nil || !bytes.Equal(root.ParentSpanId, clientSpan) {
 			t.Fatalf("no InferRequest span under the client's: %v", spans)
 		}
@@ -432,18 +428,8 @@ func TestTraceOpenTelemetry(t *testing.T) {
 	})
 	t.Run("ensemble steps", func(t *testing.T) {
 		const traceHex = "6bf92f3577b34da6a3ce929d0e0e4738"
-		code, _, resp := s.do("POST", "/v2/models/ens_trace/infer", httpMustJSON(t, ensTraceRequest()), "traceparent", "00-"+traceHex+"-00f067aa0ba902b7-01")
-		if code != 200 {
-			t.Fatalf("infer: %d %s", code, resp)
-		}
-		id, _ := hex.DecodeString(traceHex)
-		spans := rc.collect(t, id, 8)
-		var root *tracepb.Span
-		for _, sp := range spans {
-			if sp.Name == "InferRequest" {
-				root = sp
-			}
-		}
+		_, spans := traced(t, "ens_trace", ensTraceRequest(), traceHex, 8)
+		root := byName(spans)["InferRequest"]
 		if root == nil {
 			t.Fatalf("no InferRequest span: %v", spans)
 		}
