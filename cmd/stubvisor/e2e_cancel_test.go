@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,10 +40,7 @@ func TestCancellation(t *testing.T) {
 	ipctest.RequirePython(t)
 	// The repository is used in place: Go models build from their sources
 	// inside this module.
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	s := startServer(t, repo, "--model-control-mode", "explicit",
 		"--load-model", "cancel_watch", "--load-model", "cancel_watch_stream", "--load-model", "go_cancel_watch")
 	_, c := grpcClient(t, s)

@@ -68,10 +68,7 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 		t.Fatal(err)
 	}
 	// In place, because the Go model is built inside this module.
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	s := startServer(t, repo, "--allow-client-shm=true", "--model-control-mode", "explicit",
 		"--load-model", "identity_fp32", "--load-model", "cuda_device", "--load-model", "go_identity_fp32")
 	_, c := grpcClient(t, s)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -99,10 +98,7 @@ func ensPoolsIdle(t *testing.T, s *server, models ...string) {
 func startEnsembleServer(t *testing.T, args ...string) *server {
 	t.Helper()
 	ipctest.RequirePython(t)
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	return startServer(t, repo, append([]string{"--model-control-mode", "explicit", "--stub-restart-backoff", "10ms"}, args...)...)
 }
 

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,10 +52,7 @@ func goInfer(t *testing.T, s *server, model string, shape []int64, vals ...int32
 }
 
 func TestGoModels(t *testing.T) {
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	// The Go models are built from their sources inside this module; the
 	// repository is used in place and only the Go models are loaded.
 	s := startServer(t, repo, "--model-control-mode", "explicit",

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,10 +28,7 @@ func stubMaps(t *testing.T, pid int, path string) bool {
 }
 
 func TestGoShm(t *testing.T) {
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	// Go models build from their sources inside this module, so the
 	// repository is used in place and only these models are loaded.
 	s := startServer(t, repo, "--model-control-mode", "explicit",

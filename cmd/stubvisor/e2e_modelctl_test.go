@@ -7,7 +7,6 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -176,10 +175,7 @@ func TestResponseSenderNotDecoupled(t *testing.T) {
 	ipctest.RequirePython(t)
 	// The repository is used in place: Go models build from their sources
 	// inside this module.
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	s := startServer(t, repo, "--model-control-mode", "explicit",
 		"--load-model", "sender_once", "--load-model", "go_sender_once")
 	_, c := grpcClient(t, s)

@@ -37,10 +37,7 @@ func schedPolicy(t *testing.T, statPath string) int {
 // policy.
 func TestSchedulingPolicies(t *testing.T) {
 	// In place: the Go model is built from its sources inside the module.
-	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	repo := modelsRepo(t)
 	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "add_sub", "--load-model", "go_minimal")
 	threads, err := filepath.Glob("/proc/" + strconv.Itoa(s.cmd.Process.Pid) + "/task/*/stat")
 	if err != nil || len(threads) == 0 {

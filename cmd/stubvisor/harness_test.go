@@ -300,6 +300,18 @@ func copyRepo(t *testing.T, models ...string) string {
 	return dst
 }
 
+// modelsRepo is testdata/models as an absolute path, for tests that use
+// the repository in place (Go models build from their sources inside this
+// module, so they cannot be copied out of it).
+func modelsRepo(t *testing.T) string {
+	t.Helper()
+	repo, err := filepath.Abs(filepath.Join("..", "..", "testdata", "models"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
 // waitFor polls cond every 20ms until it holds or the timeout passes; it
 // is for state the server exposes only by polling (status endpoints).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
