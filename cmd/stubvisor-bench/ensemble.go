@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
@@ -151,58 +150,17 @@ func runEnsembleBench(args []string) error {
 // loadChain runs conc callers of one side on one connection for warmup,
 // then measures for d; rps counts the whole chains that end in that time.
 func loadChain(addr string, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
-	conn, err := dialGRPC(addr)
+	samples, err := grpcLoad(addr, conc, warmup, d, true, func(ctx context.Context, client pb.GRPCInferenceServiceClient) error {
+		if err := sd.call(ctx, client, in); err != nil {
+			return fmt.Errorf("%s: %w", sd.name, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return Stats{}, err
 	}
-	defer conn.Close()
-	client := pb.NewGRPCInferenceServiceClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), warmup+d+time.Minute)
-	defer cancel()
-	start := time.Now()
-	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		samples  []time.Duration
-		ops      int
-		firstErr error
-	)
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for {
-				t0 := time.Now()
-				if t0.After(end) {
-					break
-				}
-				if err := sd.call(ctx, client, in); err != nil {
-					mu.Lock()
-					firstErr = cmpErr(firstErr, fmt.Errorf("%s: %w", sd.name, err))
-					mu.Unlock()
-					return
-				}
-				// A chain counts when it ends inside the measured window,
-				// so slow chains (4 MiB at c16 on a busy machine) still
-				// count once the window is longer than one of them.
-				if t1 := time.Now(); t1.After(measureFrom) && !t1.After(end) {
-					mine = append(mine, t1.Sub(t0))
-				}
-			}
-			mu.Lock()
-			samples = append(samples, mine...)
-			ops += len(mine)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return Stats{}, firstErr
-	}
-	if ops == 0 {
+	if len(samples) == 0 {
 		return Stats{}, errors.New(sd.name + ": no chain completed in the measured time")
 	}
-	return summarize(samples, ops, d), nil
+	return summarize(samples, len(samples), d), nil
 }

@@ -14,7 +14,6 @@ import (
 	"math"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -210,65 +209,31 @@ func dialGRPC(addr string) (*grpc.ClientConn, error) {
 // loadGRPC runs c.concurrency callers on one connection for warmup, then
 // measures for d. Every response is checked for the right output count.
 func loadGRPC(addr string, c grpcCase, warmup, d time.Duration) (Stats, error) {
-	conn, err := dialGRPC(addr)
+	samples, err := grpcLoad(addr, c.concurrency, warmup, d, false, func(ctx context.Context, client pb.GRPCInferenceServiceClient) error {
+		r, err := client.ModelInfer(ctx, c.req)
+		if err == nil && len(r.RawOutputContents) == 0 {
+			err = errors.New("response without raw outputs")
+		}
+		return err
+	})
 	if err != nil {
 		return Stats{}, err
+	}
+	return summarize(samples, len(samples), d), nil
+}
+
+// grpcLoad runs closedLoop's callers of call on one connection to addr,
+// under a context that outlives the run by a minute.
+func grpcLoad(addr string, conc int, warmup, d time.Duration, byEnd bool, call func(context.Context, pb.GRPCInferenceServiceClient) error) ([]time.Duration, error) {
+	conn, err := dialGRPC(addr)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	client := pb.NewGRPCInferenceServiceClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), warmup+d+time.Minute)
 	defer cancel()
-	start := time.Now()
-	measureFrom, end := start.Add(warmup), start.Add(warmup+d)
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		samples  []time.Duration
-		ops      int
-		firstErr error
-	)
-	for i := 0; i < c.concurrency; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for {
-				t0 := time.Now()
-				if t0.After(end) {
-					break
-				}
-				r, err := client.ModelInfer(ctx, c.req)
-				if err == nil && len(r.RawOutputContents) == 0 {
-					err = errors.New("response without raw outputs")
-				}
-				if err != nil {
-					mu.Lock()
-					firstErr = cmpErr(firstErr, err)
-					mu.Unlock()
-					return
-				}
-				if t0.After(measureFrom) {
-					mine = append(mine, time.Since(t0))
-				}
-			}
-			mu.Lock()
-			samples = append(samples, mine...)
-			ops += len(mine)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return Stats{}, firstErr
-	}
-	return summarize(samples, ops, d), nil
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
+	return closedLoop(conc, warmup, d, byEnd, func() error { return call(ctx, client) })
 }
 
 // echoService is the yardstick: ModelInfer returns the inputs as outputs
