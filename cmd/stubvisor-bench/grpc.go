@@ -29,35 +29,28 @@ func init() {
 // benchModels are the model configurations the bench writes into its
 // temporary repository (model.py files come from testdata/models).
 var benchModels = []benchModel{
-	{"add_sub", "add_sub", `name: "add_sub"
-backend: "python"
-max_batch_size: 0
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-output [
-  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-instance_group [{ kind: KIND_CPU, count: 1 }]
-`},
-	{"add_sub_batched", "add_sub", `name: "add_sub_batched"
-backend: "python"
-max_batch_size: 64
-dynamic_batching {}
-input [
-  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-output [
-  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
-  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
-]
-instance_group [{ kind: KIND_CPU, count: 2 }]
-`},
+	{"add_sub", "add_sub", addSubConfig("add_sub", "max_batch_size: 0", 1)},
+	{"add_sub_batched", "add_sub", addSubConfig("add_sub_batched", "max_batch_size: 64\ndynamic_batching {}", 2)},
 	{"identity_fp32", "identity_fp32", ""},
 	{"go_add_sub", "go_add_sub", ""},
+}
+
+// addSubConfig is add_sub over 16-element FP32 tensors under name, with
+// the batching lines given and count instances.
+func addSubConfig(name, batching string, count int) string {
+	return fmt.Sprintf(`name: %q
+backend: "python"
+%s
+input [
+  { name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "INPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] },
+  { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }
+]
+instance_group [{ kind: KIND_CPU, count: %d }]
+`, name, batching, count)
 }
 
 // grpcCase is one measured configuration.
