@@ -43,12 +43,7 @@ func runShmBench(args []string) error {
 	for i := range src {
 		src[i] = byte(i)
 	}
-	n, start := 0, time.Now()
-	for time.Since(start) < *duration || n < 3 {
-		copy(dst, src)
-		n++
-	}
-	memcpy := printShm("memcpy-64MiB", n, time.Since(start))
+	memcpy, _ := timeShm("memcpy-64MiB", *duration, func() error { copy(dst, src); return nil })
 
 	srv, err := env.start("HTTP", "--allow-client-shm=true", "--http-max-input-size", strconv.Itoa(2*shmBenchBytes))
 	if err != nil {
@@ -82,14 +77,12 @@ func runShmBench(args []string) error {
 	if !bytes.Equal(in.mem, out.mem) {
 		return errors.New("shm identity: the output region differs from the input")
 	}
-	n, start = 0, time.Now()
-	for time.Since(start) < *duration || n < 3 {
-		if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", shmReq, nil); err != nil {
-			return err
-		}
-		n++
+	viaShm, err := timeShm("identity-fp32-64MiB-shm", *duration, func() error {
+		return shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", shmReq, nil)
+	})
+	if err != nil {
+		return err
 	}
-	viaShm := printShm("identity-fp32-64MiB-shm", n, time.Since(start))
 
 	header := []byte(fmt.Sprintf(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[%d],"parameters":{"binary_data_size":%d}}],`+
 		`"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}`, shmBenchBytes/4, shmBenchBytes))
@@ -98,16 +91,27 @@ func runShmBench(args []string) error {
 	if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
 		return fmt.Errorf("binary infer: %w", err)
 	}
-	n, start = 0, time.Now()
-	for time.Since(start) < *duration || n < 3 {
-		if err := shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", binReq, hdr); err != nil {
-			return err
+	viaHTTP, err := timeShm("identity-fp32-64MiB-binary-http", *duration, func() error {
+		return shmPost(cl, srv.url()+"/v2/models/identity_fp32/infer", binReq, hdr)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("shm ratio shm/memcpy=%.3f shm/binary-http=%.2f\n", viaShm/memcpy, viaShm/viaHTTP)
+	return nil
+}
+
+// timeShm runs op back to back for d and at least three times, then prints
+// the case and returns its bandwidth in MB/s. The first error ends it.
+func timeShm(name string, d time.Duration, op func() error) (float64, error) {
+	n, start := 0, time.Now()
+	for time.Since(start) < d || n < 3 {
+		if err := op(); err != nil {
+			return 0, err
 		}
 		n++
 	}
-	viaHTTP := printShm("identity-fp32-64MiB-binary-http", n, time.Since(start))
-	fmt.Printf("shm ratio shm/memcpy=%.3f shm/binary-http=%.2f\n", viaShm/memcpy, viaShm/viaHTTP)
-	return nil
+	return printShm(name, n, time.Since(start)), nil
 }
 
 // printShm prints one case and returns its bandwidth in MB/s.
