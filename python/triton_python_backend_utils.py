@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 import weakref
-import weakref
 
 import numpy as np
+
+_ndarray = np.ndarray
 
 # ---------------------------------------------------------------------------
 # Constants.
@@ -187,6 +188,14 @@ def deserialize_bytes_tensor(encoded_tensor):
 
 def get_input_tensor_by_name(inference_request, name):
     """Return the request's input called name, or None (optional inputs)."""
+    if type(inference_request) is InferenceRequest:
+        # Every model calls this per input per request: read the slots
+        # instead of calling inputs() and name() (a request's inputs are
+        # always Tensors, checked when it was made).
+        for tensor in inference_request._inputs:
+            if tensor._name == name:
+                return tensor
+        return None
     for tensor in inference_request.inputs():
         if tensor.name() == name:
             return tensor
@@ -702,13 +711,15 @@ class Tensor:
     def __init__(self, name, numpy_array):
         if type(name) is not str:
             raise TypeError("Tensor(): name must be a str, got " + str(type(name)))
-        if numpy_array is None:
-            raise TypeError("Tensor(): numpy_array must be a numpy array, got None")
-        if not name:
-            raise TritonModelException("Tensor name cannot be an empty string.")
         array = numpy_array
-        if type(array) is not np.ndarray:
+        if type(array) is not _ndarray:
+            if array is None:
+                raise TypeError("Tensor(): numpy_array must be a numpy array, got None")
+            if not name:
+                raise TritonModelException("Tensor name cannot be an empty string.")
             array = np.asarray(array)
+        elif not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
         code = _CODE_OF.get(array.dtype)
         if code is None:
             code, array = _coerce(array)
@@ -736,16 +747,23 @@ class Tensor:
         return src is None or src[0] != _LOC_CUDA
 
     def as_numpy(self):
-        if self._dtype == _BF16:
+        code = self._dtype
+        if code == _BF16:
             raise TritonModelException(
                 "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
             )
         array = self._np
-        if array is None and self._src[0] == _LOC_CUDA:
+        if array is not None:
+            return array
+        # The first call on an input: a view of its bytes in the pool (the
+        # usual fixed-size case inline, the rest in _materialize).
+        loc, offset, size = self._src
+        if size and code != _BYTES and loc != _LOC_CUDA:
+            array = self._np = _ndarray(self._shape, _WIRE_DTYPE[code], _view(loc, offset, size))
+            return array
+        if loc == _LOC_CUDA:
             raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
-        if array is None:
-            array = self._materialize()
-        return array
+        return self._materialize()
 
     def _materialize(self):
         loc, offset, size = self._src
@@ -754,7 +772,7 @@ class Tensor:
         if code == _BYTES:
             array = deserialize_bytes_tensor(buf).reshape(self._shape)
         else:
-            array = np.ndarray(self._shape, _WIRE_DTYPE[code], buf)
+            array = _ndarray(self._shape, _WIRE_DTYPE[code], buf)
         self._np = array
         return array
 
@@ -843,25 +861,28 @@ def _coerce(array):
     raise TritonModelException("NumPy dtype is not supported.")
 
 
-def _tensor_from_array(name, code, array):
-    t = Tensor.__new__(Tensor)
+_new_tensor = Tensor.__new__
+
+
+def _tensor(name, code, array, shape, src):
+    """A Tensor made without the constructor's checks: from an array
+    already checked (array), or, for an input described by the wire, from
+    its shape and src (loc, offset, size), its numpy view made on demand."""
+    t = _new_tensor(Tensor)
     t._name = name
     t._dtype = code
     t._np = array
-    t._shape = None
-    t._src = None
+    t._shape = shape
+    t._src = src
     return t
+
+
+def _tensor_from_array(name, code, array):
+    return _tensor(name, code, array, None, None)
 
 
 def _input_tensor(name, code, shape, loc, offset, size):
-    """An input described by the wire; its numpy view is made on demand."""
-    t = Tensor.__new__(Tensor)
-    t._name = name
-    t._dtype = code
-    t._np = None
-    t._shape = shape
-    t._src = (loc, offset, size)
-    return t
+    return _tensor(name, code, None, shape, (loc, offset, size))
 
 
 # ---------------------------------------------------------------------------
@@ -900,6 +921,17 @@ class InferenceResponse:
     __slots__ = ("_outputs", "_error", "_params", "_release", "__weakref__")
 
     def __init__(self, output_tensors=_NO_OUTPUTS, error=None, parameters=None):
+        if type(output_tensors) is list and error is None and parameters is None:
+            # The usual response: a list of Tensors and nothing else.
+            for t in output_tensors:
+                if type(t) is not Tensor:
+                    break
+            else:
+                self._outputs = output_tensors
+                self._error = None
+                self._params = ""
+                self._release = None
+                return
         if output_tensors is _NO_OUTPUTS:
             output_tensors = []
         elif output_tensors is None:
@@ -1080,23 +1112,9 @@ class InferenceRequest:
             name = _text(name, "requested_output_names")
             if name not in requested:
                 requested.append(name)
-        self._handle = 0
-        self._id = _text(request_id, "request_id")
-        self._correlation_id = correlation_id
-        self._flags = int(flags)
-        self._inputs = inputs
-        self._requested = requested
-        self._params = _parameters_json(parameters)
-        self._timeout = int(timeout)
-        self._model_name = _text(model_name, "model_name")
-        self._model_version = int(model_version)
-        self._preferred_memory = preferred_memory
-        self._trace = trace
-        self._sender = None
-        self._send_state = None
-        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        self._rt = None
-        self._final = False
+        _fill_request(self, None, 0, _text(request_id, "request_id"), correlation_id, int(flags), inputs, requested,
+                      _parameters_json(parameters), int(timeout), _text(model_name, "model_name"), int(model_version),
+                      preferred_memory, trace)
 
     def inputs(self):
         return self._inputs
@@ -1176,9 +1194,10 @@ class InferenceRequest:
         return loop.run_in_executor(None, functools.partial(self.exec, bool(decoupled)))
 
 
-def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, requested, params, timeout):
-    """A request the server handed to execute (built by the host)."""
-    r = InferenceRequest.__new__(InferenceRequest)
+def _fill_request(r, rt, handle, request_id, correlation_id, flags, inputs, requested, params, timeout, model_name,
+                  model_version, preferred_memory, trace):
+    """Set every slot of r: the one place that knows them all. rt is the
+    host for a request the server handed to execute, None for BLS."""
     r._handle = handle
     r._id = request_id
     r._correlation_id = correlation_id
@@ -1187,16 +1206,26 @@ def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, req
     r._requested = requested
     r._params = params
     r._timeout = timeout
-    r._model_name = rt.model_name
-    r._model_version = rt.model_version
-    r._preferred_memory = _DEFAULT_PREFERRED_MEMORY
-    r._trace = _DEFAULT_TRACE
+    r._model_name = model_name
+    r._model_version = model_version
+    r._preferred_memory = preferred_memory
+    r._trace = trace
     r._sender = None
     r._send_state = None
     r._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
     r._rt = rt
     r._final = False
     return r
+
+
+_new_request = InferenceRequest.__new__
+
+
+def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, requested, params, timeout):
+    """A request the server handed to execute (built by the host)."""
+    return _fill_request(_new_request(InferenceRequest), rt, handle, request_id, correlation_id, flags, inputs,
+                         requested, params, timeout, rt.model_name, rt.model_version, _DEFAULT_PREFERRED_MEMORY,
+                         _DEFAULT_TRACE)
 
 
 class ResponseIterator:

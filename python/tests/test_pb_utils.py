@@ -239,6 +239,26 @@ class RequestTest(unittest.TestCase):
         r.set_flags(2)
         self.assertEqual(r.flags(), 2)
 
+    def test_input_lookup_paths(self):
+        # A request reads its slots; anything else with inputs() (a model's
+        # own test double, say) is asked through its methods.
+        x, y = pb.Tensor("X", np.zeros(1)), pb.Tensor("Y", np.ones(1))
+
+        class Double:
+            def inputs(self):
+                return [x, y]
+
+        cases = {
+            "request": pb.InferenceRequest(model_name="m", inputs=[x, y], requested_output_names=[]),
+            "incoming request": pb._incoming_request(type("RT", (), {"model_name": "m", "model_version": 1})(),
+                                                     1, "", 0, 0, [x, y], [], "", 0),
+            "other object": Double(),
+        }
+        for name, request in cases.items():
+            with self.subTest(name):
+                self.assertIs(pb.get_input_tensor_by_name(request, "Y"), y)
+                self.assertIsNone(pb.get_input_tensor_by_name(request, "Z"))
+
     def test_bytes_arguments(self):
         # python_backend's BLS example passes a name read from a BYTES tensor.
         name = np.array([b"add_sub"], dtype=np.object_)[0]
