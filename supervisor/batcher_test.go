@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -89,7 +90,7 @@ func TestDynamicBatcherForming(t *testing.T) {
 				}
 			}
 			for i, want := range tc.want {
-				if got := sizes(take(t, mv)); !slicesEqual(got, want) {
+				if got := sizes(take(t, mv)); !slices.Equal(got, want) {
 					t.Errorf("batch %d = %v, want %v", i, got, want)
 				}
 			}

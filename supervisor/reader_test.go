@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // The callers of requests read the stub's ring themselves (stubProc.read).
@@ -90,26 +90,8 @@ func TestLeaderThatGivesUpHandsOverTheRing(t *testing.T) {
 	}
 }
 
-// syncWriter collects log output for a test.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(b)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 func TestStubLogsWhileNobodyWaits(t *testing.T) {
-	logs := &syncWriter{}
+	logs := &ipctest.LockedBuffer{}
 	s := logSupervisor(t, hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: logs}), "log_later")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

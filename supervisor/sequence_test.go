@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func TestSequenceControlInputs(t *testing.T) {
 			t.Errorf("unexpected input %s", in.Name)
 			continue
 		}
-		if in.DataType != w.dt || !bytes.Equal(in.Data, w.data) || !slicesEqual(in.Shape, []int64{1, 1}) {
+		if in.DataType != w.dt || !bytes.Equal(in.Data, w.data) || !slices.Equal(in.Shape, []int64{1, 1}) {
 			t.Errorf("%s = %s %v %v, want %s %v [1 1]", in.Name, in.DataType, in.Shape, in.Data, w.dt, w.data)
 		}
 		delete(want, in.Name)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,7 +111,7 @@ func TestAddSub(t *testing.T) {
 		t.Fatalf("outputs = %+v", resp.Outputs)
 	}
 	for _, o := range resp.Outputs {
-		if got := ipctest.FP32s(o.Data); !slicesEqual(got, want[o.Name]) {
+		if got := ipctest.FP32s(o.Data); !slices.Equal(got, want[o.Name]) {
 			t.Errorf("%s = %v, want %v", o.Name, got, want[o.Name])
 		}
 	}
@@ -122,18 +123,6 @@ func TestAddSub(t *testing.T) {
 	if len(resp.Outputs) != 1 || resp.Outputs[0].Name != "OUTPUT1" {
 		t.Fatalf("pruned outputs = %+v", resp.Outputs)
 	}
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestIdentityEveryDataType(t *testing.T) {
@@ -166,7 +155,7 @@ func TestIdentityEveryDataType(t *testing.T) {
 			t.Errorf("missing output %s", name)
 			continue
 		}
-		if out.DataType != in.DataType || !bytes.Equal(out.Data, in.Data) || !slicesEqual(out.Shape, in.Shape) {
+		if out.DataType != in.DataType || !bytes.Equal(out.Data, in.Data) || !slices.Equal(out.Shape, in.Shape) {
 			t.Errorf("%s = %s %v %x, want %s %v %x", name, out.DataType, out.Shape, out.Data, in.DataType, in.Shape, in.Data)
 		}
 	}
@@ -209,7 +198,7 @@ func TestDecoupledRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slicesEqual(outs, []int32{4, 5, 6}) || finals != 1 {
+	if !slices.Equal(outs, []int32{4, 5, 6}) || finals != 1 {
 		t.Fatalf("responses OUT=%v finals=%d, want [4 5 6] and 1", outs, finals)
 	}
 }
@@ -490,7 +479,7 @@ func TestClassification(t *testing.T) {
 		got = append(got, string(b[4:4+n]))
 		b = b[4+n:]
 	}
-	if out.DataType != backendapi.TypeBytes || !slicesEqual(out.Shape, []int64{2}) || !slicesEqual(got, []string{"0.900000:1", "0.500000:3"}) {
+	if out.DataType != backendapi.TypeBytes || !slices.Equal(out.Shape, []int64{2}) || !slices.Equal(got, []string{"0.900000:1", "0.500000:3"}) {
 		t.Fatalf("classification = %s %v %q", out.DataType, out.Shape, got)
 	}
 }
