@@ -184,7 +184,10 @@ func TestLoadFailures(t *testing.T) {
 	}
 }
 
-func TestIPCHandle(t *testing.T) {
+// eachDriver runs body as a subtest for each driver of cudatest.Drivers,
+// with that driver loaded (through cuda.EnvLibrary, as the server loads it)
+// and closed at cleanup.
+func eachDriver(t *testing.T, body func(t *testing.T, drv cudatest.Driver, d *cuda.Driver)) {
 	for _, drv := range cudatest.Drivers(t) {
 		t.Run(drv.Name, func(t *testing.T) {
 			t.Setenv(cuda.EnvLibrary, drv.Path)
@@ -193,95 +196,93 @@ func TestIPCHandle(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(d.Close)
-			own := startOwner(t)
-
-			m, err := d.OpenIPCHandle(0, own.handle)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = m.Close() })
-			if m.Size < ownerSize {
-				t.Fatalf("allocation of %d bytes, want at least %d", m.Size, ownerSize)
-			}
-			got := make([]byte, 100)
-			if err := m.CopyToHost(got, 1000); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, pattern(ownerSize)[1000:1100]) {
-				t.Fatalf("read %x", got[:16])
-			}
-			if err := m.CopyFromHost(4096, []byte("written by the opener")); err != nil {
-				t.Fatal(err)
-			}
-			if got := own.read(t, 4096, 21); string(got) != "written by the opener" {
-				t.Fatalf("owner sees %q", got)
-			}
-
-			bounds := []struct {
-				name string
-				off  uint64
-				n    int
-			}{
-				{"past the end", m.Size - 10, 11},
-				{"offset past the end", m.Size + 1, 0},
-			}
-			for _, b := range bounds {
-				t.Run(b.name, func(t *testing.T) {
-					if err := m.CopyToHost(make([]byte, b.n), b.off); !errors.Is(err, cuda.ErrOutOfRange) {
-						t.Fatalf("CopyToHost: %v", err)
-					}
-					if err := m.CopyFromHost(b.off, make([]byte, b.n)); !errors.Is(err, cuda.ErrOutOfRange) {
-						t.Fatalf("CopyFromHost: %v", err)
-					}
-				})
-			}
-
-			if err := m.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Close(); err != nil {
-				t.Fatalf("second Close: %v", err)
-			}
-			if err := m.CopyToHost(make([]byte, 1), 0); !errors.Is(err, cuda.ErrClosed) {
-				t.Fatalf("copy after Close: %v", err)
-			}
+			body(t, drv, d)
 		})
 	}
 }
 
+func TestIPCHandle(t *testing.T) {
+	eachDriver(t, func(t *testing.T, _ cudatest.Driver, d *cuda.Driver) {
+		own := startOwner(t)
+
+		m, err := d.OpenIPCHandle(0, own.handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close() })
+		if m.Size < ownerSize {
+			t.Fatalf("allocation of %d bytes, want at least %d", m.Size, ownerSize)
+		}
+		got := make([]byte, 100)
+		if err := m.CopyToHost(got, 1000); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pattern(ownerSize)[1000:1100]) {
+			t.Fatalf("read %x", got[:16])
+		}
+		if err := m.CopyFromHost(4096, []byte("written by the opener")); err != nil {
+			t.Fatal(err)
+		}
+		if got := own.read(t, 4096, 21); string(got) != "written by the opener" {
+			t.Fatalf("owner sees %q", got)
+		}
+
+		bounds := []struct {
+			name string
+			off  uint64
+			n    int
+		}{
+			{"past the end", m.Size - 10, 11},
+			{"offset past the end", m.Size + 1, 0},
+		}
+		for _, b := range bounds {
+			t.Run(b.name, func(t *testing.T) {
+				if err := m.CopyToHost(make([]byte, b.n), b.off); !errors.Is(err, cuda.ErrOutOfRange) {
+					t.Fatalf("CopyToHost: %v", err)
+				}
+				if err := m.CopyFromHost(b.off, make([]byte, b.n)); !errors.Is(err, cuda.ErrOutOfRange) {
+					t.Fatalf("CopyFromHost: %v", err)
+				}
+			})
+		}
+
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		if err := m.CopyToHost(make([]byte, 1), 0); !errors.Is(err, cuda.ErrClosed) {
+			t.Fatalf("copy after Close: %v", err)
+		}
+	})
+}
+
 func TestOpenIPCHandleErrors(t *testing.T) {
-	for _, drv := range cudatest.Drivers(t) {
-		t.Run(drv.Name, func(t *testing.T) {
-			t.Setenv(cuda.EnvLibrary, drv.Path)
-			d, err := cuda.Load()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			cases := []struct {
-				name   string
-				device int
-				handle []byte
-				want   error
-			}{
-				{"short handle", 0, make([]byte, 10), cuda.ErrInvalidHandle},
-				{"garbage handle", 0, bytes.Repeat([]byte{0xab}, cuda.HandleSize), cuda.ErrInvalidHandle},
-				{"device out of range", d.DeviceCount(), make([]byte, cuda.HandleSize), cuda.ErrInvalidDevice},
-			}
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					m, err := d.OpenIPCHandle(tc.device, tc.handle)
-					if err == nil {
-						_ = m.Close()
+	eachDriver(t, func(t *testing.T, drv cudatest.Driver, d *cuda.Driver) {
+		cases := []struct {
+			name   string
+			device int
+			handle []byte
+			want   error
+		}{
+			{"short handle", 0, make([]byte, 10), cuda.ErrInvalidHandle},
+			{"garbage handle", 0, bytes.Repeat([]byte{0xab}, cuda.HandleSize), cuda.ErrInvalidHandle},
+			{"device out of range", d.DeviceCount(), make([]byte, cuda.HandleSize), cuda.ErrInvalidDevice},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				m, err := d.OpenIPCHandle(tc.device, tc.handle)
+				if err == nil {
+					_ = m.Close()
+				}
+				if !errors.Is(err, tc.want) {
+					// A real driver may name a garbage handle an invalid value.
+					if !(drv.Name == "real" && errors.Is(err, cuda.ErrInvalidValue)) {
+						t.Fatalf("OpenIPCHandle: %v, want %v", err, tc.want)
 					}
-					if !errors.Is(err, tc.want) {
-						// A real driver may name a garbage handle an invalid value.
-						if !(drv.Name == "real" && errors.Is(err, cuda.ErrInvalidValue)) {
-							t.Fatalf("OpenIPCHandle: %v, want %v", err, tc.want)
-						}
-					}
-				})
-			}
-		})
-	}
+				}
+			})
+		}
+	})
 }
