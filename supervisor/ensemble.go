@@ -1,7 +1,8 @@
 package supervisor
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -102,7 +103,7 @@ func (s *Supervisor) newEnsemble(cfg *inferencepb.ModelConfig) (e *ensemble, dec
 		for _, out := range mcfg.GetOutput() {
 			outputs[out.GetName()] = out
 		}
-		for _, k := range sortedKeys(sc.GetInputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(sc.GetInputMap())) {
 			tensor := sc.GetInputMap()[k]
 			in, ok := inputs[k]
 			if !ok {
@@ -119,7 +120,7 @@ func (s *Supervisor) newEnsemble(cfg *inferencepb.ModelConfig) (e *ensemble, dec
 				return nil, false, backendapi.Errorf(backendapi.InvalidArg, "in ensemble %s, input %s in model %s is not mapped to any ensemble tensors", name, in.GetName(), st.model)
 			}
 		}
-		for _, k := range sortedKeys(sc.GetOutputMap()) {
+		for _, k := range slices.Sorted(maps.Keys(sc.GetOutputMap())) {
 			tensor := sc.GetOutputMap()[k]
 			out, ok := outputs[k]
 			if !ok {
@@ -196,15 +197,6 @@ type noScheduler struct{}
 
 func (noScheduler) enqueue(*pending) error { return errNotYet }
 func (noScheduler) stop()                  {}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
 
 // ensembleSteps describes an ensemble's steps for the status page.
 func ensembleSteps(e *ensemble) []backendapi.EnsembleStep {
