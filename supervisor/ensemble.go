@@ -73,6 +73,24 @@ func (s *Supervisor) newEnsemble(cfg *inferencepb.ModelConfig) (e *ensemble, dec
 		}
 		return nil
 	}
+	// mapStep resolves one side of a step's map (model tensor to ensemble
+	// tensor) in name order: each model tensor must be one of the model's
+	// (dtypes), and the ensemble tensor takes its data type. missing is
+	// Triton's wording for a model tensor that does not exist.
+	mapStep := func(st *ensStep, m map[string]string, dtypes map[string]inferencepb.DataType, missing string) ([]ensMap, error) {
+		var out []ensMap
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			dt, ok := dtypes[k]
+			if !ok {
+				return nil, backendapi.Errorf(backendapi.InvalidArg, "in ensemble %s, ensemble tensor %s %s %s in model %s", name, m[k], missing, k, st.model)
+			}
+			if err := setType(m[k], dt, st.model); err != nil {
+				return nil, err
+			}
+			out = append(out, ensMap{model: k, tensor: m[k]})
+		}
+		return out, nil
+	}
 	for _, in := range cfg.GetInput() {
 		e.inputs[in.GetName()] = true
 		types[in.GetName()] = struct {
@@ -95,42 +113,30 @@ func (s *Supervisor) newEnsemble(cfg *inferencepb.ModelConfig) (e *ensemble, dec
 			return nil, false, backendapi.Errorf(backendapi.InvalidArg, "ensemble %s allows maximum batch size %d, but it contains model %s which only allows maximum batch size to be %d",
 				name, mb, st.model, mcfg.GetMaxBatchSize())
 		}
-		inputs := map[string]*inferencepb.ModelInput{}
+		inputs := map[string]inferencepb.DataType{}
 		for _, in := range mcfg.GetInput() {
-			inputs[in.GetName()] = in
+			inputs[in.GetName()] = in.GetDataType()
 		}
-		outputs := map[string]*inferencepb.ModelOutput{}
+		outputs := map[string]inferencepb.DataType{}
 		for _, out := range mcfg.GetOutput() {
-			outputs[out.GetName()] = out
+			outputs[out.GetName()] = out.GetDataType()
 		}
-		for _, k := range slices.Sorted(maps.Keys(sc.GetInputMap())) {
-			tensor := sc.GetInputMap()[k]
-			in, ok := inputs[k]
-			if !ok {
-				return nil, false, backendapi.Errorf(backendapi.InvalidArg, "in ensemble %s, ensemble tensor %s is mapping to non-existing input %s in model %s", name, tensor, k, st.model)
-			}
-			if err := setType(tensor, in.GetDataType(), st.model); err != nil {
-				return nil, false, err
-			}
-			st.in = append(st.in, ensMap{model: k, tensor: tensor})
-			e.consumers[tensor] = append(e.consumers[tensor], st)
+		if st.in, err = mapStep(st, sc.GetInputMap(), inputs, "is mapping to non-existing input"); err != nil {
+			return nil, false, err
+		}
+		for _, m := range st.in {
+			e.consumers[m.tensor] = append(e.consumers[m.tensor], st)
 		}
 		for _, in := range mcfg.GetInput() {
 			if _, mapped := sc.GetInputMap()[in.GetName()]; !mapped && !in.GetOptional() && !isControlInput(mcfg, in.GetName()) {
 				return nil, false, backendapi.Errorf(backendapi.InvalidArg, "in ensemble %s, input %s in model %s is not mapped to any ensemble tensors", name, in.GetName(), st.model)
 			}
 		}
-		for _, k := range slices.Sorted(maps.Keys(sc.GetOutputMap())) {
-			tensor := sc.GetOutputMap()[k]
-			out, ok := outputs[k]
-			if !ok {
-				return nil, false, backendapi.Errorf(backendapi.InvalidArg, "in ensemble %s, ensemble tensor %s is mapped from non-existing output %s in model %s", name, tensor, k, st.model)
-			}
-			if err := setType(tensor, out.GetDataType(), st.model); err != nil {
-				return nil, false, err
-			}
-			st.out = append(st.out, ensMap{model: k, tensor: tensor})
-			e.producer[tensor] = st
+		if st.out, err = mapStep(st, sc.GetOutputMap(), outputs, "is mapped from non-existing output"); err != nil {
+			return nil, false, err
+		}
+		for _, m := range st.out {
+			e.producer[m.tensor] = st
 		}
 		e.steps = append(e.steps, st)
 	}
