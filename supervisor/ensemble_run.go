@@ -102,13 +102,9 @@ func (s *Supervisor) runEnsemble(ctx context.Context, mv *modelVersion, req *bac
 	if err != nil {
 		return nil, err
 	}
-	mv.mu.RLock()
-	if mv.closing {
-		mv.mu.RUnlock()
-		return nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", mv.name, mv.version)
+	if err := mv.enter(); err != nil {
+		return nil, err
 	}
-	mv.active.Add(1)
-	mv.mu.RUnlock()
 	defer mv.active.Done()
 	r := &ensRun{s: s, mv: mv, req: req, send: send, vals: map[string]*ensVal{}, wake: make(chan struct{}, 1), start: time.Now(), batch: batch}
 	r.ctx, r.cancel = context.WithCancel(ctx)

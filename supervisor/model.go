@@ -214,6 +214,19 @@ func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest
 	return mv.submitTo(ctx, req, stream, false)
 }
 
+// enter counts a request into the version's active count (unloading waits
+// for it to reach zero), unless the version is being unloaded. The caller
+// calls mv.active.Done when the request ends.
+func (mv *modelVersion) enter() error {
+	mv.mu.RLock()
+	defer mv.mu.RUnlock()
+	if mv.closing {
+		return backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", mv.name, mv.version)
+	}
+	mv.active.Add(1)
+	return nil
+}
+
 // submitTo is submit; with own, stream takes over every response it gets
 // and releases it itself (an ensemble keeps a step's outputs in the
 // stub's arena until the steps that read them are done).
@@ -225,13 +238,9 @@ func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferReque
 	pr := newPending(ctx, req, n)
 	pr.stream = stream
 	pr.own = own
-	mv.mu.RLock()
-	if mv.closing {
-		mv.mu.RUnlock()
-		return nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' version %d is being unloaded", mv.name, mv.version)
+	if err := mv.enter(); err != nil {
+		return nil, err
 	}
-	mv.active.Add(1)
-	mv.mu.RUnlock()
 	if err := mv.scheduler.enqueue(pr); err != nil {
 		mv.active.Done()
 		return nil, err
