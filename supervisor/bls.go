@@ -195,12 +195,7 @@ func (s *Supervisor) bls(p *stubProc, m *ipc.InferExecMsg) {
 	defer s.blsReg.remove(key)
 	if !pr.await() {
 		// The calling stub died: nobody reads the answer.
-		pr.mu.Lock()
-		pr.abandoned = true
-		pr.mu.Unlock()
-		pr.cancel()
-		pr.leave()
-		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "BLS request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "BLS request for model '%s' cancelled: %v", req.ModelName, ctx.Err()))
 		<-pr.done // another goroutine that ended it first may still be in its final call
 		return
 	}

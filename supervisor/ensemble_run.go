@@ -264,18 +264,11 @@ func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRe
 		return
 	}
 	if !pr.await() {
-		pr.mu.Lock()
-		pr.abandoned = true
-		pr.mu.Unlock()
-		pr.cancel()
 		// The final event drops this firing's hold on the producers'
 		// responses; a stub may be copying the step's inputs out of their
-		// blocks right now (prepare, under pr.hold), so leave first: it
-		// waits for that copy to end and no later one starts.
-		pr.leave()
-		// finish, not respond: the request that ends here must leave the
-		// version's active count too, or unloading waits for it forever.
-		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", mv.name, r.ctx.Err()), true)
+		// blocks right now (prepare, under pr.hold): abandon leaves first,
+		// which waits for that copy to end, and no later one starts.
+		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", mv.name, r.ctx.Err()))
 	}
 }
 

@@ -248,6 +248,21 @@ func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferReque
 	return pr, nil
 }
 
+// abandon ends a request whose caller gave up (err says why): it is marked
+// abandoned and cancelled, the caller leaves (waiting for a copy of the
+// inputs under way; none starts after), and finish, not respond, ends it:
+// whoever ends the request first takes it off the version's active count,
+// or unloading waits for it in vain. Another goroutine that ended it first
+// may still be in its final call until pr.done closes.
+func (mv *modelVersion) abandon(pr *pending, err error) {
+	pr.mu.Lock()
+	pr.abandoned = true
+	pr.mu.Unlock()
+	pr.cancel()
+	pr.leave()
+	mv.finish(pr, nil, err, true)
+}
+
 // finish records the end of a response and hands it over; a response nobody
 // wants any more (or a streamed one, after its callback) is released.
 func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err error, final bool) {

@@ -419,16 +419,9 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 	}
 	notifyQueued(req)
 	if !pr.await() {
-		pr.mu.Lock()
-		pr.abandoned = true
-		pr.mu.Unlock()
-		pr.cancel()
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
-		// finish, not respond: whoever ends the request first takes it off
-		// the version's active count, or unloading waits for it in vain.
-		pr.leave() // waits for a copy of the inputs under way; none starts after
-		mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()), true)
+		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()))
 		// When another goroutine ended the request first, it may still be
 		// inside send: done closes after its final call returns.
 		<-pr.done
