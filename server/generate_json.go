@@ -69,12 +69,7 @@ func parseGenerateRequest(body []byte, md *backendapi.ModelMetadata, maxInput in
 // keywords.
 func (g *genRequest) convertObject(top bool) error {
 	sc := &g.sc
-	sc.enter()
-	for first := true; ; first = false {
-		k, ok, err := sc.objectKey(first)
-		if err != nil || !ok {
-			return err
-		}
+	return sc.members(func(k []byte, _ int) error {
 		key := string(k)
 		if top && key == genKeyParameters {
 			if _, isInput := g.inputs[key]; isInput {
@@ -86,7 +81,7 @@ func (g *genRequest) convertObject(top bool) error {
 			if err := g.convertObject(false); err != nil {
 				return invalidArg("Converting keyword: '%s': %s", key, backendapi.MessageOf(err))
 			}
-			continue
+			return nil
 		}
 		if top && key == "id" {
 			if sc.kind() != kindString {
@@ -100,10 +95,8 @@ func (g *genRequest) convertObject(top bool) error {
 			g.req.ID = string(b)
 			sc.pos = start // the id is also a parameter, as in Triton
 		}
-		if err := g.mapMember(key); err != nil {
-			return err
-		}
-	}
+		return g.mapMember(key)
+	})
 }
 
 // mapMember maps one member: to the input of that name, or to a parameter.

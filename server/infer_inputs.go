@@ -30,21 +30,28 @@ func (c *inferCall) parseInputs(model string, bin *[]byte, hdrGiven bool) error 
 	return c.parseArray("Unable to parse 'inputs'", func() error { return c.parseInput(model, bin, hdrGiven) })
 }
 
+// shmFields collects the shared memory parameters of an input or output.
+type shmFields struct {
+	hasRegion          bool
+	region             string
+	shmOffset, shmSize uint64
+}
+
 // inputFields collects one input object's members before they are checked.
 type inputFields struct {
 	name, datatype                 string
 	hasName, hasDatatype, hasShape bool
 	nameErr, datatypeErr, shapeErr error
 	paramsErr                      error
-	hasData, hasBinary, hasRegion  bool
-	binarySize, shmOffset, shmSize uint64
-	region                         string
-	dataStart                      int
-	decoded                        bool // data was decoded while scanning
-	decodeErr                      error
-	dataAt, dataEnd                int
-	decodedCount                   int64
-	shapeAt                        int
+	hasData, hasBinary             bool
+	binarySize                     uint64
+	shmFields
+	dataStart       int
+	decoded         bool // data was decoded while scanning
+	decodeErr       error
+	dataAt, dataEnd int
+	decodedCount    int64
+	shapeAt         int
 }
 
 // parseInput reads one element of "inputs" and appends it to the request.
@@ -52,55 +59,31 @@ type inputFields struct {
 func (c *inferCall) parseInput(model string, bin *[]byte, hdrGiven bool) error {
 	sc := &c.sc
 	if sc.kind() != kindObject {
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
-		return inputContentError(false, false, false)
+		return sc.skipWith(inputContentError(false, false, false))
 	}
 	f := inputFields{shapeAt: len(c.shapes)}
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		start := sc.pos
-		var fieldErr *error
+	err := sc.members(func(key []byte, at int) error {
 		switch string(key) {
 		case "name":
-			fieldErr = &f.nameErr
 			f.hasName = true
-			f.name, err = c.readStringField("Unable to parse 'name'")
+			return sc.keep(&f.nameErr, at, c.readStringField(&f.name, "Unable to parse 'name'"))
 		case "datatype":
-			fieldErr = &f.datatypeErr
 			f.hasDatatype = true
-			f.datatype, err = c.readStringField("Unable to parse 'datatype'")
+			return sc.keep(&f.datatypeErr, at, c.readStringField(&f.datatype, "Unable to parse 'datatype'"))
 		case "shape":
-			fieldErr = &f.shapeErr
 			f.hasShape = true
 			c.shapes = c.shapes[:f.shapeAt]
-			err = c.readShape()
+			return sc.keep(&f.shapeErr, at, c.readShape())
 		case "parameters":
-			fieldErr = &f.paramsErr
-			err = c.readInputParams(&f)
+			return sc.keep(&f.paramsErr, at, c.readInputParams(&f))
 		case "data":
 			f.hasData = true
-			err = c.readInputData(&f)
-		default:
-			err = sc.skipValue()
+			return c.readInputData(&f)
 		}
-		if fieldErr == nil {
-			if err != nil {
-				return err // an unknown member's value is malformed JSON
-			}
-			continue
-		}
-		if err := c.settle(start, fieldErr, err); err != nil {
-			return err
-		}
+		return sc.skipValue()
+	})
+	if err != nil {
+		return err
 	}
 	return c.addInput(model, &f, bin, hdrGiven)
 }
@@ -117,8 +100,8 @@ func (c *inferCall) readShape() error {
 		if err != nil || !more {
 			return err
 		}
-		d, err := c.readUintField("Unable to parse 'shape'")
-		if err != nil {
+		var d uint64
+		if err := c.readUintField(&d, "Unable to parse 'shape'"); err != nil {
 			return err
 		}
 		if d > math.MaxInt64 {
@@ -131,57 +114,13 @@ func (c *inferCall) readShape() error {
 // readInputParams reads an input's "parameters": the binary tensor and
 // shared memory keys; others are ignored.
 func (c *inferCall) readInputParams(f *inputFields) error {
-	sc := &c.sc
-	if sc.kind() != kindObject {
-		return fieldError("Unable to parse 'parameters'", msgNotObject)
-	}
-	var firstErr error
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
+	return c.readTensorParams(&f.shmFields, func(key []byte) (bool, error) {
+		if string(key) != "binary_data_size" {
+			return false, nil
 		}
-		if !ok {
-			return firstErr
-		}
-		start := sc.pos
-		switch string(key) {
-		case "binary_data_size":
-			f.hasBinary = true
-			f.binarySize, err = c.readUintField("Unable to parse 'binary_data_size'")
-		case "shared_memory_region":
-			f.hasRegion = true
-			f.region, err = c.readStringField("Unable to parse 'shared_memory_region'")
-		case "shared_memory_offset":
-			f.shmOffset, err = c.readUintField("Unable to parse 'shared_memory_offset'")
-		case "shared_memory_byte_size":
-			f.shmSize, err = c.readUintField("Unable to parse 'shared_memory_byte_size'")
-		default:
-			err = sc.skipValue()
-		}
-		if err := c.settle(start, &firstErr, err); err != nil {
-			return err
-		}
-	}
-}
-
-// settle handles the outcome of reading one member value that started at
-// start: a syntax error is returned as fatal; a content error is kept in
-// *slot (the first one wins) and the value is skipped so that scanning can
-// go on.
-func (c *inferCall) settle(start int, slot *error, err error) error {
-	if err == nil {
-		return nil
-	}
-	if isSyntaxError(err) {
-		return err
-	}
-	if *slot == nil {
-		*slot = err
-	}
-	c.sc.pos = start
-	return c.sc.skipValue()
+		f.hasBinary = true
+		return true, c.readUintField(&f.binarySize, "Unable to parse 'binary_data_size'")
+	})
 }
 
 // decodable reports whether JSON data of this type can be decoded.

@@ -15,9 +15,7 @@ type outputFields struct {
 	binaryErr          error
 	hasClass           bool
 	class              uint64
-	hasRegion          bool
-	region             string
-	shmOffset, shmSize uint64
+	shmFields
 }
 
 func (c *inferCall) parseOutputs() error {
@@ -27,43 +25,21 @@ func (c *inferCall) parseOutputs() error {
 func (c *inferCall) parseOutput() error {
 	sc := &c.sc
 	if sc.kind() != kindObject {
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
-		return missingMember("Unable to parse 'name'", "name")
+		return sc.skipWith(missingMember("Unable to parse 'name'", "name"))
 	}
 	var f outputFields
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		start := sc.pos
-		var fieldErr *error
+	err := sc.members(func(key []byte, at int) error {
 		switch string(key) {
 		case "name":
-			fieldErr = &f.nameErr
 			f.hasName = true
-			f.name, err = c.readStringField("Unable to parse 'name'")
+			return sc.keep(&f.nameErr, at, c.readStringField(&f.name, "Unable to parse 'name'"))
 		case "parameters":
-			fieldErr = &f.paramsErr
-			err = c.readOutputParams(&f)
-		default:
-			err = sc.skipValue()
+			return sc.keep(&f.paramsErr, at, c.readOutputParams(&f))
 		}
-		if fieldErr == nil {
-			if err != nil {
-				return err // an unknown member's value is malformed JSON
-			}
-			continue
-		}
-		if err := c.settle(start, fieldErr, err); err != nil {
-			return err
-		}
+		return sc.skipValue()
+	})
+	if err != nil {
+		return err
 	}
 	if f.hasRegion {
 		if f.hasClass {
@@ -105,48 +81,27 @@ func (c *inferCall) parseOutput() error {
 	return nil
 }
 
+// readOutputParams reads an output's "parameters": binary_data,
+// classification and the shared memory keys; others are ignored.
 func (c *inferCall) readOutputParams(f *outputFields) error {
 	sc := &c.sc
-	if sc.kind() != kindObject {
-		return fieldError("Unable to parse 'parameters'", msgNotObject)
-	}
-	var firstErr error
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return firstErr
-		}
-		start := sc.pos
+	return c.readTensorParams(&f.shmFields, func(key []byte) (bool, error) {
 		switch string(key) {
 		case "binary_data":
 			f.hasBinary = true
 			if sc.kind() != kindBool {
 				f.binaryErr = fieldError("Unable to parse 'binary_data'", msgNotBool)
-				err = sc.skipValue()
-				break
+				return true, sc.skipValue()
 			}
+			var err error
 			f.binary, err = sc.readBool()
+			return true, err
 		case "classification":
 			f.hasClass = true
-			f.class, err = c.readUintField("Unable to set 'classification'")
-		case "shared_memory_region":
-			f.hasRegion = true
-			f.region, err = c.readStringField("Unable to parse 'shared_memory_region'")
-		case "shared_memory_offset":
-			f.shmOffset, err = c.readUintField("Unable to parse 'shared_memory_offset'")
-		case "shared_memory_byte_size":
-			f.shmSize, err = c.readUintField("Unable to parse 'shared_memory_byte_size'")
-		default:
-			err = sc.skipValue()
+			return true, c.readUintField(&f.class, "Unable to set 'classification'")
 		}
-		if err := c.settle(start, &firstErr, err); err != nil {
-			return err
-		}
-	}
+		return false, nil
+	})
 }
 
 // kindOf is how the response output name is sent back.

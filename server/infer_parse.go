@@ -101,60 +101,31 @@ func (c *inferCall) parseInferHeader(model string, hdr, bin []byte, hdrGiven boo
 	}
 	var idErr, paramsErr, inputsErr, outputsErr error
 	sawInputs := false
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			break
-		}
-		start := sc.pos
-		var fieldErr *error
+	err := sc.members(func(key []byte, at int) error {
 		switch string(key) {
 		case "id":
-			fieldErr = &idErr
 			if sc.kind() != kindString {
-				err = fieldError("Unable to parse 'id'", msgNotString)
-				break
+				return sc.keep(&idErr, at, fieldError("Unable to parse 'id'", msgNotString))
 			}
-			var b []byte
-			if b, err = sc.readString(); err == nil {
-				c.req.ID = string(b)
-			}
+			b, err := sc.readString()
+			c.req.ID = string(b)
+			return sc.keep(&idErr, at, err)
 		case "parameters":
-			fieldErr = &paramsErr
-			err = c.parseRequestParams()
+			return sc.keep(&paramsErr, at, c.parseRequestParams())
 		case "inputs":
-			fieldErr = &inputsErr
 			sawInputs = true
 			c.req.Inputs = c.req.Inputs[:0]
 			c.slots = c.slots[:0]
-			err = c.parseInputs(model, &bin, hdrGiven)
+			return sc.keep(&inputsErr, at, c.parseInputs(model, &bin, hdrGiven))
 		case "outputs":
-			fieldErr = &outputsErr
 			c.req.Outputs = c.req.Outputs[:0]
 			c.kinds = c.kinds[:0]
-			err = c.parseOutputs()
-		default:
-			err = sc.skipValue()
+			return sc.keep(&outputsErr, at, c.parseOutputs())
 		}
-		if err == nil {
-			continue
-		}
-		if isSyntaxError(err) {
-			return err
-		}
-		// A content error: note it, then make sure the rest of the value
-		// is well-formed JSON (a syntax error anywhere wins).
-		if *fieldErr == nil {
-			*fieldErr = err
-		}
-		sc.pos = start
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
+		return sc.skipValue()
+	})
+	if err != nil {
+		return err
 	}
 	if err := sc.end(); err != nil {
 		return err
@@ -190,28 +161,14 @@ func (c *inferCall) fixup() {
 func (c *inferCall) parseRequestParams() error {
 	sc := &c.sc
 	if sc.kind() != kindObject {
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
-		return fieldError("failed to get request params.", "attempt to get members for non-object")
+		return sc.skipWith(fieldError("failed to get request params.", "attempt to get members for non-object"))
 	}
 	var firstErr error
-	sc.enter()
-	for first := true; ; first = false {
-		k, ok, err := sc.objectKey(first)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return firstErr
-		}
+	err := sc.members(func(k []byte, _ int) error {
 		key := string(k)
 		v, err := sc.readParamValue()
-		if err != nil {
+		if err != nil || firstErr != nil {
 			return err
-		}
-		if firstErr != nil {
-			continue
 		}
 		if key == ParamBinaryDataOutput {
 			if b, ok := v.(bool); ok && b {
@@ -221,7 +178,12 @@ func (c *inferCall) parseRequestParams() error {
 			}
 		}
 		firstErr = ApplyRequestParameter(&c.req, key, v)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
+	return firstErr
 }
 
 // parseArray reads a JSON array with each, one element at a time. After
@@ -230,10 +192,7 @@ func (c *inferCall) parseRequestParams() error {
 func (c *inferCall) parseArray(context string, each func() error) error {
 	sc := &c.sc
 	if sc.kind() != kindArray {
-		if err := sc.skipValue(); err != nil {
-			return err
-		}
-		return fieldError(context, msgNotArray)
+		return sc.skipWith(fieldError(context, msgNotArray))
 	}
 	var firstErr error
 	sc.enter()
@@ -260,28 +219,72 @@ func (c *inferCall) parseArray(context string, each func() error) error {
 	}
 }
 
-func (c *inferCall) readStringField(context string) (string, error) {
+// readStringField reads a string into *dst.
+func (c *inferCall) readStringField(dst *string, context string) error {
 	if c.sc.kind() != kindString {
-		return "", fieldError(context, msgNotString)
+		return fieldError(context, msgNotString)
 	}
 	b, err := c.sc.readString()
-	return string(b), err
+	*dst = string(b)
+	return err
 }
 
-// readUintField reads a non-negative integer.
-func (c *inferCall) readUintField(context string) (uint64, error) {
+// readUintField reads a non-negative integer into *dst.
+func (c *inferCall) readUintField(dst *uint64, context string) error {
 	if c.sc.kind() != kindNumber {
-		return 0, fieldError(context, msgNotUint)
+		return fieldError(context, msgNotUint)
 	}
 	n, err := c.sc.readNumber()
 	if err != nil {
-		return 0, err
+		return err
 	}
 	v, ok := n.uint64()
 	if !ok {
-		return 0, fieldError(context, msgNotUint)
+		return fieldError(context, msgNotUint)
 	}
-	return v, nil
+	*dst = v
+	return nil
+}
+
+// readTensorParams reads the "parameters" object of an input or output.
+// own reads the keys only that side has and says whether key was one of
+// them; the shared memory keys go to shm; the rest are ignored. The first
+// content error is returned once the whole object is read.
+func (c *inferCall) readTensorParams(shm *shmFields, own func(key []byte) (bool, error)) error {
+	sc := &c.sc
+	if sc.kind() != kindObject {
+		return fieldError("Unable to parse 'parameters'", msgNotObject)
+	}
+	var firstErr error
+	err := sc.members(func(key []byte, at int) error {
+		ok, err := own(key)
+		if !ok {
+			ok, err = c.readSHMParam(shm, key)
+		}
+		if !ok {
+			return sc.skipValue()
+		}
+		return sc.keep(&firstErr, at, err)
+	})
+	if err != nil {
+		return err
+	}
+	return firstErr
+}
+
+// readSHMParam reads key into f when it is one of the shared memory
+// parameters, and says whether it was.
+func (c *inferCall) readSHMParam(f *shmFields, key []byte) (bool, error) {
+	switch string(key) {
+	case "shared_memory_region":
+		f.hasRegion = true
+		return true, c.readStringField(&f.region, "Unable to parse 'shared_memory_region'")
+	case "shared_memory_offset":
+		return true, c.readUintField(&f.shmOffset, "Unable to parse 'shared_memory_offset'")
+	case "shared_memory_byte_size":
+		return true, c.readUintField(&f.shmSize, "Unable to parse 'shared_memory_byte_size'")
+	}
+	return false, nil
 }
 
 // buildRawRequest fills c.req for a raw binary request (header length 0):

@@ -45,21 +45,13 @@ func parseJSONObject(body []byte, allowEmpty bool) (jsonObject, error) {
 	// nested deeper than encoding/json allows is still found and refused
 	// by its decoder with Triton's type error.
 	obj := jsonObject{}
-	sc.enter()
-	for first := true; ; first = false {
-		key, ok, err := sc.objectKey(first)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
-		name := string(key)
-		start := sc.pos
-		if err := sc.skipValue(); err != nil {
-			return nil, err
-		}
-		obj[name] = json.RawMessage(body[start:sc.pos])
+	err := sc.members(func(key []byte, at int) error {
+		err := sc.skipValue()
+		obj[string(key)] = json.RawMessage(body[at:sc.pos])
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := sc.end(); err != nil {
 		return nil, err
