@@ -462,7 +462,7 @@ func i32(vs ...int32) []byte {
 func bytesTensor(elems ...string) []byte {
 	var b []byte
 	for _, e := range elems {
-		b = AppendBytesElement(b, []byte(e))
+		b = appendBytesElement(b, []byte(e))
 	}
 	return b
 }

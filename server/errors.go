@@ -27,9 +27,9 @@ const (
 	msgNotObject        = "attempt to access JSON non-object as object"
 )
 
-// HTTPStatus maps an error class to the HTTP status Triton uses for it
+// httpStatus maps an error class to the HTTP status Triton uses for it
 // (http_server.cc HttpCodeFromError).
-func HTTPStatus(c backendapi.Code) int {
+func httpStatus(c backendapi.Code) int {
 	switch c {
 	case backendapi.Internal:
 		return http.StatusInternalServerError
@@ -44,8 +44,8 @@ func HTTPStatus(c backendapi.Code) int {
 	}
 }
 
-// HTTPStatusOf is HTTPStatus of err's class (Internal when err carries none).
-func HTTPStatusOf(err error) int { return HTTPStatus(backendapi.CodeOf(err)) }
+// httpStatusOf is httpStatus of err's class (Internal when err carries none).
+func httpStatusOf(err error) int { return httpStatus(backendapi.CodeOf(err)) }
 
 // invalidArg is shorthand for the most common client error.
 func invalidArg(format string, args ...any) error {
@@ -70,7 +70,7 @@ var (
 
 // writeError replies {"error": msg} with the status of err's class.
 func writeError(w http.ResponseWriter, err error) {
-	writeErrorStatus(w, HTTPStatusOf(err), backendapi.MessageOf(err))
+	writeErrorStatus(w, httpStatusOf(err), backendapi.MessageOf(err))
 }
 
 // writeErrorStatus replies {"error": msg} with an explicit status.

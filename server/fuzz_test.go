@@ -50,7 +50,7 @@ func FuzzParseInferRequest(f *testing.F) {
 			if (in.Data != nil) == (in.SharedMemory != nil) {
 				t.Fatalf("input %d (%s) has data %v and shared memory %v", i, in.Name, in.Data != nil, in.SharedMemory != nil)
 			}
-			n := ElementCount(in.Shape)
+			n := elementCount(in.Shape)
 			if n < 0 {
 				for _, d := range in.Shape {
 					if d < 0 {
@@ -111,7 +111,7 @@ func FuzzJSONData(f *testing.F) {
 // validElements reports whether every element of a BYTES tensor is UTF-8.
 func validElements(data []byte) bool {
 	for len(data) > 0 {
-		elem, rest, ok := NextBytesElement(data)
+		elem, rest, ok := nextBytesElement(data)
 		if !ok || !utf8.Valid(elem) {
 			return false
 		}
@@ -220,7 +220,7 @@ func FuzzParseGRPCInfer(f *testing.F) {
 			return
 		}
 		for _, in := range ir.Inputs {
-			if (in.Data != nil) == (in.SharedMemory != nil) && !(in.Data == nil && ElementCount(in.Shape) == 0) {
+			if (in.Data != nil) == (in.SharedMemory != nil) && !(in.Data == nil && elementCount(in.Shape) == 0) {
 				t.Fatalf("input %s has data %v and shared memory %v", in.Name, in.Data != nil, in.SharedMemory != nil)
 			}
 			if size := in.DataType.Size(); len(req.RawInputContents) == 0 && in.SharedMemory == nil && size > 0 && len(in.Data)%size != 0 {

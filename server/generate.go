@@ -49,7 +49,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
 		return
 	}
-	version, err := ParseModelVersion(versionStr)
+	version, err := parseModelVersion(versionStr)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -163,7 +163,7 @@ func (s *Server) generateStream(w http.ResponseWriter, r *http.Request, req *bac
 			started = true
 			status := http.StatusOK
 			if ev.err != nil {
-				status = HTTPStatusOf(ev.err)
+				status = httpStatusOf(ev.err)
 			}
 			w.Header()[hdrContentType] = ctEventStream
 			w.WriteHeader(status)

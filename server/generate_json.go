@@ -266,7 +266,7 @@ func appendGenerateOutput(dst []byte, o *backendapi.OutputTensor) ([]byte, error
 	if o.SharedMemory != nil {
 		return dst, backendapi.Errorf(backendapi.Internal, "non-JSON output response type is requested for '%s'", o.Name)
 	}
-	count := ElementCount(o.Shape)
+	count := elementCount(o.Shape)
 	start := len(dst)
 	dst, err := appendJSONData(dst, o.Name, o.DataType, o.Data, count)
 	if err != nil || count != 1 {

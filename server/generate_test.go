@@ -112,7 +112,7 @@ func TestGenerateResponseJSON(t *testing.T) {
 	resp := &backendapi.InferResponse{ModelName: "m", ModelVersion: 2,
 		Parameters: map[string]any{"model_name": "shadowed", "finish": "length", "n": int64(3)},
 		Outputs: []backendapi.OutputTensor{
-			{Name: "text_output", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: AppendBytesElement(nil, []byte("hi \"x\""))},
+			{Name: "text_output", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: appendBytesElement(nil, []byte("hi \"x\""))},
 			{Name: "empty", DataType: backendapi.TypeInt32, Shape: []int64{0}},
 			{Name: "ids", DataType: backendapi.TypeInt32, Shape: []int64{2}, Data: []byte{1, 0, 0, 0, 2, 0, 0, 0}},
 		}}

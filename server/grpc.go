@@ -31,7 +31,7 @@ type GRPCOptions struct {
 	// Version is the server version that ServerMetadata reports.
 	Version string
 	// Extensions are the extensions ServerMetadata lists; nil means
-	// DefaultExtensions.
+	// every extension this server implements, in Triton's order.
 	Extensions []string
 	// Logger receives the front end's logs; it is also the logger whose
 	// level LogSettings reads and sets. Nil discards logs.
@@ -55,7 +55,8 @@ type GRPCOptions struct {
 	ServerOptions []grpc.ServerOption
 	// HeaderForwardPattern, when set, forwards the request metadata whose
 	// keys it matches to the model as string parameters
-	// (--grpc-header-forward-pattern; see CompileForwardPattern).
+	// (--grpc-header-forward-pattern): a regular expression matched as Triton
+	// does, in part and case-insensitively unless it says (?-i).
 	HeaderForwardPattern string
 }
 
@@ -86,15 +87,15 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 		return nil, errors.New("server: new grpc: nil backend")
 	}
 	if opts.Version == "" {
-		opts.Version = DefaultVersion
+		opts.Version = defaultVersion
 	}
 	if opts.Extensions == nil {
-		opts.Extensions = DefaultExtensions
+		opts.Extensions = defaultExtensions
 	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	forward, err := CompileForwardPattern(opts.HeaderForwardPattern)
+	forward, err := compileForwardPattern(opts.HeaderForwardPattern)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +110,7 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 		backend: backend,
 		log:     opts.Logger,
 		metadata: &pb.ServerMetadataResponse{
-			Name:       ServerName,
+			Name:       serverName,
 			Version:    opts.Version,
 			Extensions: append([]string(nil), opts.Extensions...),
 		},
@@ -203,9 +204,9 @@ func (h liveHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest)
 	return resp, nil
 }
 
-// GRPCCode maps an error class to the gRPC status code Triton uses for it
+// grpcCode maps an error class to the gRPC status code Triton uses for it
 // (grpc_utils.cc GrpcStatusUtil::CodeToStatus).
-func GRPCCode(c backendapi.Code) codes.Code {
+func grpcCode(c backendapi.Code) codes.Code {
 	switch c {
 	case backendapi.Internal:
 		return codes.Internal
@@ -235,7 +236,7 @@ func grpcError(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	return status.Error(GRPCCode(backendapi.CodeOf(err)), backendapi.MessageOf(err))
+	return status.Error(grpcCode(backendapi.CodeOf(err)), backendapi.MessageOf(err))
 }
 
 func (g *GRPCServer) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
@@ -249,7 +250,7 @@ func (g *GRPCServer) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.S
 // ModelReady answers ready=false, not an error, for a model that is unknown
 // or not ready, as Triton does; only a malformed version is an error.
 func (g *GRPCServer) ModelReady(ctx context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	v, err := ParseModelVersion(req.GetVersion())
+	v, err := parseModelVersion(req.GetVersion())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -261,7 +262,7 @@ func (g *GRPCServer) ServerMetadata(context.Context, *pb.ServerMetadataRequest) 
 }
 
 func (g *GRPCServer) ModelMetadata(ctx context.Context, req *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
-	v, err := ParseModelVersion(req.GetVersion())
+	v, err := parseModelVersion(req.GetVersion())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -287,7 +288,7 @@ func grpcTensorMetadata(ts []backendapi.TensorMetadata) []*pb.ModelMetadataRespo
 }
 
 func (g *GRPCServer) ModelConfig(ctx context.Context, req *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
-	v, err := ParseModelVersion(req.GetVersion())
+	v, err := parseModelVersion(req.GetVersion())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -299,7 +300,7 @@ func (g *GRPCServer) ModelConfig(ctx context.Context, req *pb.ModelConfigRequest
 }
 
 func (g *GRPCServer) ModelStatistics(ctx context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
-	v, err := ParseModelVersion(req.GetVersion())
+	v, err := parseModelVersion(req.GetVersion())
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -19,17 +19,17 @@ import (
 // stream_infer_handler.cc).
 const (
 	msgDecoupledGRPC = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-	// ParamEnableEmptyFinalResponse asks for an empty response carrying
+	// paramEnableEmptyFinalResponse asks for an empty response carrying
 	// only the final flag when a decoupled model completes a request
 	// without a response.
-	ParamEnableEmptyFinalResponse = "triton_enable_empty_final_response"
-	// ParamFinalResponse is set on every streamed response: true on the
+	paramEnableEmptyFinalResponse = "triton_enable_empty_final_response"
+	// paramFinalResponse is set on every streamed response: true on the
 	// last one of a request.
-	ParamFinalResponse = "triton_final_response"
-	// HeaderGRPCError is the stream metadata key that, set to "true", makes
+	paramFinalResponse = "triton_final_response"
+	// headerGRPCError is the stream metadata key that, set to "true", makes
 	// the first error end the stream with a gRPC status instead of an
 	// in-band error_message.
-	HeaderGRPCError = "triton_grpc_error"
+	headerGRPCError = "triton_grpc_error"
 )
 
 // Shared memory parameters of inputs and outputs.
@@ -53,7 +53,7 @@ type grpcInferOptions struct {
 func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grpcInferOptions, error) {
 	var opts grpcInferOptions
 	model := req.GetModelName()
-	version, err := ParseModelVersion(req.GetModelVersion())
+	version, err := parseModelVersion(req.GetModelVersion())
 	if err != nil {
 		return opts, err
 	}
@@ -69,7 +69,7 @@ func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grp
 	for i, io := range req.GetInputs() {
 		in := &ir.Inputs[i]
 		in.Name = io.GetName()
-		in.DataType = ParseWireDataType(io.GetDatatype())
+		in.DataType = parseWireDataType(io.GetDatatype())
 		in.Shape = io.GetShape()
 		if in.Shape == nil {
 			in.Shape = []int64{}
@@ -127,7 +127,7 @@ func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grp
 }
 
 // applyGRPCParameter applies one request-level parameter with the typing
-// rules of Triton's gRPC front end, then defers to ApplyRequestParameter,
+// rules of Triton's gRPC front end, then defers to applyRequestParameter,
 // which both front ends share.
 func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key string, p *pb.InferParameter) error {
 	var value any
@@ -147,17 +147,17 @@ func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key
 		return invalidArg("invalid value type for '%s' parameter, expected %s.", key, expected)
 	}
 	switch key {
-	case ParamSequenceID:
+	case paramSequenceID:
 		switch value.(type) {
 		case int64, string:
 		default:
 			return wrongType("int64_param or string_param")
 		}
-	case ParamSequenceStart, ParamSequenceEnd:
+	case paramSequenceStart, paramSequenceEnd:
 		if _, ok := value.(bool); !ok {
 			return wrongType("bool_param")
 		}
-	case ParamPriority:
+	case paramPriority:
 		switch v := value.(type) {
 		case int64:
 			if v < 0 {
@@ -167,13 +167,13 @@ func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key
 		default:
 			return wrongType("int64_param or uint64_param")
 		}
-	case ParamTimeout:
+	case paramTimeout:
 		v, ok := value.(int64)
 		if !ok {
 			return wrongType("int64_param")
 		}
 		value = uint64(max(v, 0))
-	case ParamEnableEmptyFinalResponse:
+	case paramEnableEmptyFinalResponse:
 		b, ok := value.(bool)
 		if !ok {
 			return wrongType("bool_param")
@@ -182,7 +182,7 @@ func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key
 		return nil
 	default:
 		if len(key) >= 7 && key[:7] == "triton_" {
-			return invalidArg("parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: %s", ParamEnableEmptyFinalResponse)
+			return invalidArg("parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: %s", paramEnableEmptyFinalResponse)
 		}
 		switch value.(type) {
 		case int64, bool, string, float64:
@@ -190,7 +190,7 @@ func applyGRPCParameter(ir *backendapi.InferRequest, opts *grpcInferOptions, key
 			return wrongType("int64_param, bool_param, or string_param")
 		}
 	}
-	return ApplyRequestParameter(ir, key, value)
+	return applyRequestParameter(ir, key, value)
 }
 
 // grpcShmRef reads the shared memory parameters of an input or output, or
@@ -339,7 +339,7 @@ func contentFields(c *pb.InferTensorContents, dt backendapi.DataType) []contentF
 			}
 			data := make([]byte, 0, n)
 			for _, e := range elems {
-				data = AppendBytesElement(data, e)
+				data = appendBytesElement(data, e)
 			}
 			return data
 		}},
@@ -474,7 +474,7 @@ func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) 
 // unknown model (or a decoupled one, on ModelInfer) wins over a malformed
 // input. This costs a lookup only on the error path.
 func (g *GRPCServer) requestError(ctx context.Context, req *pb.ModelInferRequest, parseErr error) error {
-	version, err := ParseModelVersion(req.GetModelVersion())
+	version, err := parseModelVersion(req.GetModelVersion())
 	if err != nil {
 		return err
 	}

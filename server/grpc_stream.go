@@ -24,7 +24,7 @@ type streamState struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// statusOnError: the first error ends the stream with a status
-	// (HeaderGRPCError).
+	// (headerGRPCError).
 	statusOnError bool
 
 	mu     sync.Mutex // serialises Send and guards the fields below
@@ -54,7 +54,7 @@ func (g *GRPCServer) ModelStreamInfer(stream grpc.BidiStreamingServer[pb.ModelIn
 	defer cancel()
 	st := &streamState{g: g, stream: stream, ctx: ctx, cancel: cancel, seq: map[backendapi.CorrelationID]chan struct{}{}}
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-		for _, v := range md.Get(HeaderGRPCError) {
+		for _, v := range md.Get(headerGRPCError) {
 			if v == "true" {
 				st.statusOnError = true
 			}
@@ -202,7 +202,7 @@ func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferReques
 			if out.Parameters == nil {
 				out.Parameters = make(map[string]*pb.InferParameter, 1)
 			}
-			out.Parameters[ParamFinalResponse] = grpcParameter(final)
+			out.Parameters[paramFinalResponse] = grpcParameter(final)
 			st.send(&pb.ModelStreamInferResponse{InferResponse: out})
 		case final && opts.emptyFinal:
 			if resp != nil {
@@ -215,7 +215,7 @@ func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferReques
 				ModelName:    ir.ModelName,
 				ModelVersion: version,
 				Id:           ir.ID,
-				Parameters:   map[string]*pb.InferParameter{ParamFinalResponse: grpcParameter(true)},
+				Parameters:   map[string]*pb.InferParameter{paramFinalResponse: grpcParameter(true)},
 			}})
 		}
 	})

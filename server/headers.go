@@ -16,10 +16,10 @@ import (
 // --grpc-header-forward-pattern): every header whose name the pattern
 // matches anywhere, case-insensitively, becomes a string parameter.
 
-// CompileForwardPattern compiles a header forward pattern the way Triton
+// compileForwardPattern compiles a header forward pattern the way Triton
 // does: a partial match, case-insensitive unless the pattern turns that off
 // with (?-i). An empty pattern forwards nothing (nil).
-func CompileForwardPattern(pattern string) (*regexp.Regexp, error) {
+func compileForwardPattern(pattern string) (*regexp.Regexp, error) {
 	if pattern == "" {
 		return nil, nil
 	}
@@ -34,8 +34,8 @@ func CompileForwardPattern(pattern string) (*regexp.Regexp, error) {
 // set (Triton's kReservedParameterKeys); keys starting with "triton_" are
 // refused too.
 var reservedHeaderKeys = map[string]bool{
-	ParamSequenceID: true, ParamSequenceStart: true, ParamSequenceEnd: true,
-	ParamPriority: true, ParamTimeout: true, "headers": true, ParamBinaryDataOutput: true,
+	paramSequenceID: true, paramSequenceStart: true, paramSequenceEnd: true,
+	paramPriority: true, paramTimeout: true, "headers": true, paramBinaryDataOutput: true,
 }
 
 // forwardHeader adds header key with value to req's parameters when re

@@ -29,7 +29,7 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
 		return
 	}
-	version, err := ParseModelVersion(versionStr)
+	version, err := parseModelVersion(versionStr)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -371,7 +371,7 @@ func appendInferResponseJSON(dst []byte, c *inferCall, resp *backendapi.InferRes
 		case outJSON:
 			dst = append(dst, `,"data":`...)
 			var err error
-			if dst, err = appendJSONData(dst, o.Name, o.DataType, o.Data, ElementCount(o.Shape)); err != nil {
+			if dst, err = appendJSONData(dst, o.Name, o.DataType, o.Data, elementCount(o.Shape)); err != nil {
 				return dst, 0, err
 			}
 		}

@@ -135,13 +135,13 @@ func (c *inferCall) readInputData(f *inputFields) error {
 	sc := &c.sc
 	f.dataStart = sc.pos
 	f.decoded, f.decodeErr = false, nil
-	dt := ParseWireDataType(f.datatype)
+	dt := parseWireDataType(f.datatype)
 	if !f.hasDatatype || f.datatypeErr != nil || !decodable(dt) {
 		return sc.skipValue()
 	}
 	hint := int64(-1)
 	if f.hasShape && f.shapeErr == nil {
-		hint = ElementCount(c.shapes[f.shapeAt:])
+		hint = elementCount(c.shapes[f.shapeAt:])
 	}
 	f.dataAt = len(c.arena)
 	var err error
@@ -184,7 +184,7 @@ func (c *inferCall) addInput(model string, f *inputFields, bin *[]byte, hdrGiven
 	if f.paramsErr != nil {
 		return f.paramsErr
 	}
-	dt := ParseWireDataType(f.datatype)
+	dt := parseWireDataType(f.datatype)
 	if !dt.Valid() {
 		return invalidArg("invalid datatype for input %s", f.name)
 	}
@@ -211,7 +211,7 @@ func (c *inferCall) addInput(model string, f *inputFields, bin *[]byte, hdrGiven
 		case backendapi.TypeFP16, backendapi.TypeBF16:
 			return invalidArg("receiving %s data via JSON is not supported. Please use the binary data format for input %s", dt, f.name)
 		}
-		want := ElementCount(shape)
+		want := elementCount(shape)
 		if want == 0 {
 			// Triton ignores the data of a zero-element tensor.
 			in.Data = []byte{}

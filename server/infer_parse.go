@@ -170,14 +170,14 @@ func (c *inferCall) parseRequestParams() error {
 		if err != nil || firstErr != nil {
 			return err
 		}
-		if key == ParamBinaryDataOutput {
+		if key == paramBinaryDataOutput {
 			if b, ok := v.(bool); ok && b {
 				c.defaultKind = outBinary
 			} else {
 				c.defaultKind = outDefault
 			}
 		}
-		firstErr = ApplyRequestParameter(&c.req, key, v)
+		firstErr = applyRequestParameter(&c.req, key, v)
 		return nil
 	})
 	if err != nil {
@@ -309,7 +309,7 @@ func (c *inferCall) buildRawRequest(model string, meta *backendapi.ModelMetadata
 			return invalidArg("For BYTE datatype raw input '%s', the model must have input shape [1]", im.Name)
 		}
 		c.shapes = append(c.shapes, 1)
-		c.arena = AppendBytesElement(c.arena[:0], data)
+		c.arena = appendBytesElement(c.arena[:0], data)
 		in.Data = c.arena
 	} else {
 		size := int64(im.DataType.Size())

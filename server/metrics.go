@@ -71,26 +71,26 @@ var stubStates = []backendapi.StubState{
 	backendapi.StubUnhealthy, backendapi.StubRestarting, backendapi.StubStopped,
 }
 
-// Collector is a prometheus.Collector that reads the backend's statistics
+// metricsCollector is a prometheus.Collector that reads the backend's statistics
 // and stub views at scrape time, so the figures are never stale and the
 // backend needs no metrics code of its own.
-type Collector struct {
+type metricsCollector struct {
 	backend backendapi.Backend
 	timeout time.Duration
 	log     hclog.Logger
 }
 
-// NewCollector returns a Collector for backend; each scrape's backend calls
+// newMetricsCollector returns a metricsCollector for backend; each scrape's backend calls
 // are bounded by timeout.
-func NewCollector(backend backendapi.Backend, timeout time.Duration, log hclog.Logger) *Collector {
+func newMetricsCollector(backend backendapi.Backend, timeout time.Duration, log hclog.Logger) *metricsCollector {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Collector{backend: backend, timeout: timeout, log: log}
+	return &metricsCollector{backend: backend, timeout: timeout, log: log}
 }
 
 // Describe implements prometheus.Collector.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descRequestSuccess, descRequestFailure, descInferenceCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput,
@@ -102,7 +102,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if stats, err := c.backend.ModelStatistics(ctx, "", 0); err != nil {
@@ -247,7 +247,7 @@ func (c customCollector) Collect(ch chan<- prometheus.Metric) {
 func newMetricsHandler(backend backendapi.Backend, timeout time.Duration, log hclog.Logger) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		NewCollector(backend, timeout, log),
+		newMetricsCollector(backend, timeout, log),
 		customCollector{backend: backend, timeout: timeout, log: log},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

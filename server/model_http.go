@@ -37,8 +37,8 @@ func tensorsJSON(ts []backendapi.TensorMetadata) []tensorMetadataJSON {
 	return out
 }
 
-// ModelMetadataJSON is the JSON form of model metadata (GET /v2/models/{m}).
-func ModelMetadataJSON(md *backendapi.ModelMetadata) any {
+// newModelMetadataJSON is the JSON form of model metadata (GET /v2/models/{m}).
+func newModelMetadataJSON(md *backendapi.ModelMetadata) any {
 	versions := md.Versions
 	if versions == nil {
 		versions = []string{}
@@ -58,7 +58,7 @@ func getVersion(w http.ResponseWriter, r *http.Request, version string) (int64, 
 	if !allow(w, r, http.MethodGet) {
 		return 0, false
 	}
-	v, err := ParseModelVersion(version)
+	v, err := parseModelVersion(version)
 	if err != nil {
 		writeError(w, err)
 		return 0, false
@@ -76,7 +76,7 @@ func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, mod
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, ModelMetadataJSON(md))
+	writeJSON(w, newModelMetadataJSON(md))
 }
 
 // handleModelReady answers 200 with an empty body for a ready model, and
@@ -121,12 +121,12 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, model, vers
 		writeError(w, err)
 		return
 	}
-	writeRawJSON(w, AppendStatisticsJSON(nil, stats))
+	writeRawJSON(w, appendStatisticsJSON(nil, stats))
 }
 
-// AppendStatisticsJSON appends the statistics extension's reply,
+// appendStatisticsJSON appends the statistics extension's reply,
 // {"model_stats":[...]}, with durations as {"count":N,"ns":T}.
-func AppendStatisticsJSON(dst []byte, stats []backendapi.ModelStatistics) []byte {
+func appendStatisticsJSON(dst []byte, stats []backendapi.ModelStatistics) []byte {
 	dst = append(dst, `{"model_stats":[`...)
 	for i := range stats {
 		st := &stats[i]

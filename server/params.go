@@ -12,19 +12,19 @@ import (
 // This file turns request-level inference parameters into InferRequest
 // fields the way Triton's front ends do. It is shared by the HTTP and gRPC
 // front ends: each decodes its wire form into one of the value types below
-// and calls ApplyRequestParameter per key.
+// and calls applyRequestParameter per key.
 
 // Reserved request parameter keys (extension_parameters.md).
 const (
-	ParamSequenceID       = "sequence_id"
-	ParamSequenceStart    = "sequence_start"
-	ParamSequenceEnd      = "sequence_end"
-	ParamPriority         = "priority"
-	ParamTimeout          = "timeout"
-	ParamBinaryDataOutput = "binary_data_output"
+	paramSequenceID       = "sequence_id"
+	paramSequenceStart    = "sequence_start"
+	paramSequenceEnd      = "sequence_end"
+	paramPriority         = "priority"
+	paramTimeout          = "timeout"
+	paramBinaryDataOutput = "binary_data_output"
 )
 
-// ApplyRequestParameter sets one request-level parameter on req.
+// applyRequestParameter sets one request-level parameter on req.
 //
 // value is a bool, int64, uint64, float64 or string; any other value is
 // reported as a parameter of invalid type. The reserved keys set the
@@ -34,9 +34,9 @@ const (
 // as a float64, which is what Triton's HTTP front end does with it.
 // binary_data_output is validated here but only the HTTP front end acts on
 // it.
-func ApplyRequestParameter(req *backendapi.InferRequest, key string, value any) error {
+func applyRequestParameter(req *backendapi.InferRequest, key string, value any) error {
 	switch key {
-	case ParamSequenceID:
+	case paramSequenceID:
 		switch v := value.(type) {
 		case uint64:
 			req.CorrelationID = backendapi.CorrelationID{Uint: v}
@@ -50,13 +50,13 @@ func ApplyRequestParameter(req *backendapi.InferRequest, key string, value any) 
 		default:
 			return fieldError("Unable to parse 'sequence_id'", msgNotString)
 		}
-	case ParamSequenceStart, ParamSequenceEnd:
+	case paramSequenceStart, paramSequenceEnd:
 		b, ok := value.(bool)
 		if !ok {
 			return fieldError("Unable to parse '"+key+"'", msgNotBool)
 		}
 		flag := backendapi.FlagSequenceStart
-		if key == ParamSequenceEnd {
+		if key == paramSequenceEnd {
 			flag = backendapi.FlagSequenceEnd
 		}
 		if b {
@@ -64,13 +64,13 @@ func ApplyRequestParameter(req *backendapi.InferRequest, key string, value any) 
 		} else {
 			req.Flags &^= flag
 		}
-	case ParamPriority:
+	case paramPriority:
 		p, ok := paramUint(value)
 		if !ok {
 			return fieldError("Unable to parse 'priority'", msgNotUint)
 		}
 		req.Priority = p
-	case ParamTimeout:
+	case paramTimeout:
 		us, ok := paramUint(value)
 		if !ok {
 			return fieldError("Unable to parse 'timeout'", msgNotUint)
@@ -80,7 +80,7 @@ func ApplyRequestParameter(req *backendapi.InferRequest, key string, value any) 
 		} else {
 			req.Timeout = time.Duration(us) * time.Microsecond
 		}
-	case ParamBinaryDataOutput:
+	case paramBinaryDataOutput:
 		if _, ok := value.(bool); !ok {
 			return fieldError("Unable to parse 'binary_data_output'", msgNotBool)
 		}
@@ -113,10 +113,10 @@ func paramUint(v any) (uint64, bool) {
 	return 0, false
 }
 
-// ParseModelVersion parses the version segment of a model URL or the
+// parseModelVersion parses the version segment of a model URL or the
 // version field of a gRPC request: "" means "let the version policy choose"
 // (0 in backendapi).
-func ParseModelVersion(s string) (int64, error) {
+func parseModelVersion(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}

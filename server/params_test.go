@@ -45,7 +45,7 @@ func TestApplyRequestParameter(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var req backendapi.InferRequest
-			err := ApplyRequestParameter(&req, tc.key, tc.value)
+			err := applyRequestParameter(&req, tc.key, tc.value)
 			if tc.err != "" {
 				if err == nil || err.Error() != tc.err || backendapi.CodeOf(err) != wantClass(tc.err) {
 					t.Fatalf("error = %v (class %v), want %v %q", err, backendapi.CodeOf(err), wantClass(tc.err), tc.err)
@@ -76,7 +76,7 @@ func TestParseModelVersion(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseModelVersion(tc.in)
+			got, err := parseModelVersion(tc.in)
 			if tc.err != "" {
 				if err == nil || err.Error() != tc.err {
 					t.Fatalf("error = %v, want %q", err, tc.err)
@@ -84,7 +84,7 @@ func TestParseModelVersion(t *testing.T) {
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("ParseModelVersion(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+				t.Fatalf("parseModelVersion(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
 			}
 		})
 	}
@@ -101,8 +101,8 @@ func TestHTTPStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.code.String(), func(t *testing.T) {
-			if got := HTTPStatus(tc.code); got != tc.want {
-				t.Fatalf("HTTPStatus(%v) = %d, want %d", tc.code, got, tc.want)
+			if got := httpStatus(tc.code); got != tc.want {
+				t.Fatalf("httpStatus(%v) = %d, want %d", tc.code, got, tc.want)
 			}
 		})
 	}

@@ -16,19 +16,19 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 )
 
-// ServerName is what server metadata reports. Triton's clients and tests
+// serverName is what server metadata reports. Triton's clients and tests
 // check for exactly this name, so it is Triton's, not ours.
-const ServerName = "triton"
+const serverName = "triton"
 
 // DefaultMaxInputSize is the default limit on an HTTP request body
 // (Triton's --http-max-input-size default).
 const DefaultMaxInputSize = 64 << 20
 
-// DefaultExtensions lists, in Triton's order, the protocol extensions this
+// defaultExtensions lists, in Triton's order, the protocol extensions this
 // front end implements. Whoever builds the server decides what to report
 // (Options.Extensions); a backend that does not support one of them should
 // leave it out.
-var DefaultExtensions = []string{
+var defaultExtensions = []string{
 	"classification",
 	"sequence",
 	"model_repository",
@@ -47,10 +47,11 @@ var DefaultExtensions = []string{
 
 // Options configures a Server. The zero value is usable.
 type Options struct {
-	// Version is the server version that server metadata reports.
+	// Version is the server version that server metadata reports; empty
+	// means "0.1.0".
 	Version string
 	// Extensions are the extensions server metadata lists; nil means
-	// DefaultExtensions.
+	// every extension this server implements, in Triton's order.
 	Extensions []string
 	// MaxInputSize limits the size of an HTTP request body, after
 	// decompression (default DefaultMaxInputSize).
@@ -77,7 +78,8 @@ type Options struct {
 	BackendTimeout time.Duration
 	// HeaderForwardPattern, when set, forwards the infer request headers
 	// whose names it matches to the model as string parameters
-	// (--http-header-forward-pattern; see CompileForwardPattern).
+	// (--http-header-forward-pattern): a regular expression matched as Triton
+	// does, in part and case-insensitively unless it says (?-i).
 	HeaderForwardPattern string
 	// Trace is the tracing configuration (--trace-config); nil means
 	// DefaultTraceConfig, tracing off. The gRPC front end given this
@@ -85,8 +87,8 @@ type Options struct {
 	Trace *TraceConfig
 }
 
-// DefaultVersion is the version reported when Options.Version is empty.
-const DefaultVersion = "0.1.0"
+// defaultVersion is the version reported when Options.Version is empty.
+const defaultVersion = "0.1.0"
 
 // Server serves a backendapi.Backend over HTTP: the KServe v2 API, the
 // status page and, on its own handler, Prometheus metrics.
@@ -115,10 +117,10 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 		return nil, errors.New("server: new: nil backend")
 	}
 	if opts.Version == "" {
-		opts.Version = DefaultVersion
+		opts.Version = defaultVersion
 	}
 	if opts.Extensions == nil {
-		opts.Extensions = DefaultExtensions
+		opts.Extensions = defaultExtensions
 	}
 	if opts.MaxInputSize <= 0 {
 		opts.MaxInputSize = DefaultMaxInputSize
@@ -139,11 +141,11 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 		Name       string   `json:"name"`
 		Version    string   `json:"version"`
 		Extensions []string `json:"extensions"`
-	}{ServerName, opts.Version, opts.Extensions})
+	}{serverName, opts.Version, opts.Extensions})
 	if err != nil {
 		return nil, fmt.Errorf("server: new: server metadata: %w", err)
 	}
-	forward, err := CompileForwardPattern(opts.HeaderForwardPattern)
+	forward, err := compileForwardPattern(opts.HeaderForwardPattern)
 	if err != nil {
 		return nil, err
 	}

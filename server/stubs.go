@@ -25,8 +25,8 @@ type modelStubsJSON struct {
 	Steps []backendapi.EnsembleStep `json:"steps,omitempty"`
 }
 
-// StubsJSON is the JSON form of the supervisor's view of its stubs.
-func StubsJSON(models []backendapi.ModelStubs) any {
+// stubsJSON is the JSON form of the supervisor's view of its stubs.
+func stubsJSON(models []backendapi.ModelStubs) any {
 	out := make([]modelStubsJSON, 0, len(models))
 	for _, m := range models {
 		ms := modelStubsJSON{Model: m.Model, Version: m.Version, State: m.State, Reason: m.Reason, Stubs: make([]stubJSON, len(m.Stubs)), Steps: m.Steps}
@@ -62,7 +62,7 @@ func (s *Server) handleStubs(w http.ResponseWriter, r *http.Request, model, vers
 		models = kept
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, StubsJSON(models))
+	writeJSON(w, stubsJSON(models))
 }
 
 //go:embed status.html

@@ -14,19 +14,19 @@ import (
 // binary tensor form every backend speaks (little-endian, row-major, BOOL one
 // byte, BYTES elements as a 4-byte little-endian length and the raw bytes).
 
-// ParseWireDataType parses a KServe v2 datatype name ("FP32", "BYTES").
+// parseWireDataType parses a KServe v2 datatype name ("FP32", "BYTES").
 // Model-config spellings ("TYPE_FP32") are not wire names and give
 // TypeInvalid, as does anything else unknown.
-func ParseWireDataType(s string) backendapi.DataType {
+func parseWireDataType(s string) backendapi.DataType {
 	if strings.HasPrefix(s, "TYPE_") {
 		return backendapi.TypeInvalid
 	}
 	return backendapi.ParseDataType(s)
 }
 
-// ElementCount is the number of elements of a tensor of the given shape, or
+// elementCount is the number of elements of a tensor of the given shape, or
 // -1 when a dimension is negative or the count does not fit in an int64.
-func ElementCount(shape []int64) int64 {
+func elementCount(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
 		if d < 0 {
@@ -40,15 +40,15 @@ func ElementCount(shape []int64) int64 {
 	return n
 }
 
-// AppendBytesElement appends one BYTES element in binary tensor form.
-func AppendBytesElement(dst, elem []byte) []byte {
+// appendBytesElement appends one BYTES element in binary tensor form.
+func appendBytesElement(dst, elem []byte) []byte {
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(elem)))
 	return append(dst, elem...)
 }
 
-// NextBytesElement splits the first BYTES element off a binary BYTES tensor.
+// nextBytesElement splits the first BYTES element off a binary BYTES tensor.
 // ok is false when data is too short for the length prefix or the element.
-func NextBytesElement(data []byte) (elem, rest []byte, ok bool) {
+func nextBytesElement(data []byte) (elem, rest []byte, ok bool) {
 	if len(data) < 4 {
 		return nil, data, false
 	}
@@ -221,7 +221,7 @@ func appendJSONData(dst []byte, name string, dt backendapi.DataType, data []byte
 		dst = append(dst, '[')
 		rest := data
 		for i := int64(0); i < count; i++ {
-			elem, next, ok := NextBytesElement(rest)
+			elem, next, ok := nextBytesElement(rest)
 			if !ok {
 				return dst, outputSizeError(name)
 			}
@@ -275,7 +275,7 @@ func appendJSONData(dst []byte, name string, dt backendapi.DataType, data []byte
 }
 
 // checkJSONInputSize refuses, in Triton's words, a JSON input whose shape
-// has more elements than an int64 counts (want is ElementCount(shape)) or
+// has more elements than an int64 counts (want is elementCount(shape)) or
 // whose byte size would not fit in one.
 func checkJSONInputSize(name string, shape []int64, want int64, dt backendapi.DataType) error {
 	if want < 0 {

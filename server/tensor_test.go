@@ -27,8 +27,8 @@ func TestParseWireDataType(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			if got := ParseWireDataType(tc.in); got != tc.want {
-				t.Fatalf("ParseWireDataType(%q) = %v, want %v", tc.in, got, tc.want)
+			if got := parseWireDataType(tc.in); got != tc.want {
+				t.Fatalf("parseWireDataType(%q) = %v, want %v", tc.in, got, tc.want)
 			}
 		})
 	}
@@ -49,8 +49,8 @@ func TestElementCount(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ElementCount(tc.shape); got != tc.want {
-				t.Fatalf("ElementCount(%v) = %d, want %d", tc.shape, got, tc.want)
+			if got := elementCount(tc.shape); got != tc.want {
+				t.Fatalf("elementCount(%v) = %d, want %d", tc.shape, got, tc.want)
 			}
 		})
 	}
@@ -60,9 +60,9 @@ func TestBytesElements(t *testing.T) {
 	data := bytesTensor("ab", "", "xyz")
 	var got []string
 	for rest := data; len(rest) > 0; {
-		elem, next, ok := NextBytesElement(rest)
+		elem, next, ok := nextBytesElement(rest)
 		if !ok {
-			t.Fatalf("NextBytesElement failed on %x", rest)
+			t.Fatalf("nextBytesElement failed on %x", rest)
 		}
 		got = append(got, string(elem))
 		rest = next
@@ -71,8 +71,8 @@ func TestBytesElements(t *testing.T) {
 		t.Fatalf("elements = %q", got)
 	}
 	for _, bad := range [][]byte{{1, 0}, {5, 0, 0, 0, 'a'}} {
-		if _, _, ok := NextBytesElement(bad); ok {
-			t.Errorf("NextBytesElement(%x) accepted a truncated element", bad)
+		if _, _, ok := nextBytesElement(bad); ok {
+			t.Errorf("nextBytesElement(%x) accepted a truncated element", bad)
 		}
 	}
 }

@@ -169,7 +169,7 @@ func (t *tracer) startGRPC(ctx context.Context, model string, version string) *r
 	if t == nil || !t.on.Load() {
 		return nil
 	}
-	v, _ := ParseModelVersion(version)
+	v, _ := parseModelVersion(version)
 	parent := ""
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if p := md.Get(traceParent); len(p) > 0 {

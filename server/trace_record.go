@@ -96,7 +96,7 @@ func (rt *reqTrace) tensor(activity, name string, dt backendapi.DataType, shape 
 	b = appendJSONString(b, name)
 	var vals []byte
 	if data != nil {
-		if v, err := appendJSONData(nil, name, dt, data, ElementCount(shape)); err == nil && len(v) >= 2 {
+		if v, err := appendJSONData(nil, name, dt, data, elementCount(shape)); err == nil && len(v) >= 2 {
 			vals = v[1 : len(v)-1]
 		}
 	}
