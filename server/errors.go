@@ -86,9 +86,3 @@ func writeErrorStatus(w http.ResponseWriter, status int, msg string) {
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
-
-// isAccessorError reports whether err is one of Triton's JSON accessor
-// errors (class INTERNAL, see fieldError) rather than a request error.
-func isAccessorError(err error) bool {
-	return backendapi.CodeOf(err) == backendapi.Internal && !isSyntaxError(err)
-}

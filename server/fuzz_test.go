@@ -229,3 +229,9 @@ func FuzzParseGRPCInfer(f *testing.F) {
 		}
 	})
 }
+
+// isAccessorError reports whether err is one of Triton's JSON accessor
+// errors (class INTERNAL, see fieldError) rather than a request error.
+func isAccessorError(err error) bool {
+	return backendapi.CodeOf(err) == backendapi.Internal && !isSyntaxError(err)
+}
