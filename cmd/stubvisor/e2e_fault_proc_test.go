@@ -106,6 +106,9 @@ class TritonPythonModel:
 // to the other one: no request waits behind the slow execute.
 func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
 	ipctest.RequirePython(t)
+	// Most of this test is the 10 s execute; it shares nothing with other
+	// tests, so the readiness test's 6 s check runs beside it.
+	t.Parallel()
 	repo := t.TempDir()
 	httpWriteModel(t, repo, "two_slow", httpFP32Config("two_slow", "instance_group [{ kind: KIND_CPU count: 2 }]"),
 		map[string]string{"model.py": faultSleepModel})

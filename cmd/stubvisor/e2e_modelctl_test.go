@@ -119,6 +119,9 @@ func TestModelLoadingAPI(t *testing.T) {
 // answer within 5 s make it not ready, while inference goes on.
 func TestUserReadiness(t *testing.T) {
 	ipctest.RequirePython(t)
+	// Most of this test is the 6 s readiness check below; it shares
+	// nothing with other tests, so the slow-instance test sleeps beside it.
+	t.Parallel()
 	s := startServer(t, copyRepo(t, "readiness"))
 	_, c := grpcClient(t, s)
 	set := func(params map[string]any) {
