@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -343,18 +342,10 @@ func TestEnsemble(t *testing.T) {
 		if f[3] < 2 {
 			t.Errorf("ens_fail: %d failures recorded, want at least 2", f[3])
 		}
-		resp, err := http.Get(s.Metrics + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		text, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		text, _ := s.scrape()
 		for _, m := range models {
 			series := `nv_inference_request_success{model="` + m + `",version="1"}`
-			if !strings.Contains(string(text), series) {
+			if !strings.Contains(text, series) {
 				t.Errorf("/metrics has no %s", series)
 			}
 		}

@@ -299,16 +299,9 @@ func httpStats(t *testing.T, e httpSuite) {
 // httpMetrics is the case "metrics" of TestHTTPEndpoints.
 func httpMetrics(t *testing.T, e httpSuite) {
 	s := e.s
-	resp, err := http.Get(s.Metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	_, _ = b.ReadFrom(resp.Body)
-	text := b.String()
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("metrics: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	text, ct := s.scrape()
+	if !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("metrics Content-Type %q, want text/plain", ct)
 	}
 	for _, want := range []string{
 		`nv_inference_request_success{model="add_sub",version="1"}`,

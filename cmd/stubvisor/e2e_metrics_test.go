@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,16 +17,7 @@ func TestCustomMetrics(t *testing.T) {
 			t.Fatalf("infer %v: %v %d %s", v, r.err, r.code, r.body)
 		}
 	}
-	resp, err := http.Get(s.Metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape: %d %v", resp.StatusCode, err)
-	}
-	text := string(b)
+	text, _ := s.scrape()
 	for _, line := range []string{
 		"# HELP custom_requests_total Requests the model executed",
 		"# TYPE custom_requests_total counter",

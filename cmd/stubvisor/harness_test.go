@@ -286,6 +286,22 @@ func (s *server) postJSON(path string, v any) (int, []byte) {
 	return code, body
 }
 
+// scrape GETs /metrics from the metrics listener, failing unless it
+// answers 200, and returns the text and its Content-Type.
+func (s *server) scrape() (text, contentType string) {
+	s.t.Helper()
+	resp, err := http.Get(s.Metrics + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("scrape: %d %v", resp.StatusCode, err)
+	}
+	return string(b), resp.Header.Get("Content-Type")
+}
+
 // copyRepo copies the named models of testdata/models into a fresh
 // repository, so tests can add broken models beside them.
 func copyRepo(t *testing.T, models ...string) string {
