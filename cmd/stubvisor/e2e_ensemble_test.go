@@ -287,40 +287,42 @@ func TestEnsemble(t *testing.T) {
 		}
 	})
 
-	t.Run("step killed mid-request", func(t *testing.T) {
-		before := oneStub(t, s, "kill_self")
-		code, body := s.httpInferJSON("ens_kill", ensFP32(map[string]any{"kill": true}, nil, 1))
-		msg := httpErrorText(t, body)
-		if code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, "in ensemble 'ens_kill', Stub process 'kill_self_0_0' of model 'kill_self' died while executing the request: signal: killed") {
+	// stepDies posts params to ens, which make one step's stub die, and
+	// checks the 503 and that its text starts with want.
+	stepDies := func(t *testing.T, ens string, params map[string]any, want string) {
+		t.Helper()
+		code, body := s.httpInferJSON(ens, ensFP32(params, nil, 1))
+		if msg := httpErrorText(t, body); code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, want) {
 			t.Fatalf("%d %s", code, msg)
 		}
+	}
+	// stepBack waits until step is ready again and checks that ens, fed
+	// x, answers want (the steps double it).
+	stepBack := func(t *testing.T, step, ens string, x float32, want string) {
+		t.Helper()
+		waitFor(t, 30*time.Second, step+" to be ready again", func() bool {
+			code, _, _ := s.do("GET", "/v2/models/"+step+"/ready", nil)
+			return code == http.StatusOK
+		})
+		if out := ensOutputs(t, s, ens, ensFP32(nil, nil, x)); out["OUTPUT0"] != want {
+			t.Fatalf("after the restart: %v", out)
+		}
+	}
+
+	t.Run("step killed mid-request", func(t *testing.T) {
+		before := oneStub(t, s, "kill_self")
+		stepDies(t, "ens_kill", map[string]any{"kill": true}, "in ensemble 'ens_kill', Stub process 'kill_self_0_0' of model 'kill_self' died while executing the request: signal: killed")
 		if err := syscall.Kill(before.PID, 0); err == nil {
 			t.Errorf("the killed stub %d still exists", before.PID)
 		}
-		waitFor(t, 30*time.Second, "kill_self to be ready again", func() bool {
-			code, _, _ := s.do("GET", "/v2/models/kill_self/ready", nil)
-			return code == http.StatusOK
-		})
-		if out := ensOutputs(t, s, "ens_kill", ensFP32(nil, nil, 4)); out["OUTPUT0"] != "[8]" {
-			t.Fatalf("after the restart: %v", out)
-		}
+		stepBack(t, "kill_self", "ens_kill", 4, "[8]")
 	})
 
 	t.Run("step hung mid-request", func(t *testing.T) {
 		// hang's EXECUTE_TIMEOUT_MS (1 s) kills its stub; the ensemble
 		// request fails naming the step's model, instance and cause.
-		code, body := s.httpInferJSON("ens_hang", ensFP32(map[string]any{"hang": true}, nil, 1))
-		msg := httpErrorText(t, body)
-		if code != http.StatusServiceUnavailable || !strings.HasPrefix(msg, "in ensemble 'ens_hang', Stub process 'hang_0_0' of model 'hang' died while executing the request: execute ran longer than EXECUTE_TIMEOUT_MS=1000") {
-			t.Fatalf("%d %s", code, msg)
-		}
-		waitFor(t, 30*time.Second, "hang to be ready again", func() bool {
-			code, _, _ := s.do("GET", "/v2/models/hang/ready", nil)
-			return code == http.StatusOK
-		})
-		if out := ensOutputs(t, s, "ens_hang", ensFP32(nil, nil, 5)); out["OUTPUT0"] != "[10]" {
-			t.Fatalf("after the restart: %v", out)
-		}
+		stepDies(t, "ens_hang", map[string]any{"hang": true}, "in ensemble 'ens_hang', Stub process 'hang_0_0' of model 'hang' died while executing the request: execute ran longer than EXECUTE_TIMEOUT_MS=1000")
+		stepBack(t, "hang", "ens_hang", 5, "[10]")
 	})
 
 	t.Run("statistics of the ensemble and its steps", func(t *testing.T) {
