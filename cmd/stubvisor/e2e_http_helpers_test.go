@@ -162,16 +162,6 @@ func httpLE(vs ...any) []byte {
 	return b.Bytes()
 }
 
-// httpBytesElems encodes BYTES elements: uint32 LE length, then the bytes.
-func httpBytesElems(ss ...string) []byte {
-	var b bytes.Buffer
-	for _, s := range ss {
-		_ = binary.Write(&b, binary.LittleEndian, uint32(len(s)))
-		b.WriteString(s)
-	}
-	return b.Bytes()
-}
-
 // httpIOName maps a wire datatype to identity_all's tensor suffix.
 func httpIOName(prefix, dtype string) string {
 	if dtype == "BYTES" {
