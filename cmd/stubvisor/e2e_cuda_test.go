@@ -98,6 +98,8 @@ func testCUDASharedMemory(t *testing.T, drv cudatest.Driver) {
 		if err != nil || g.Regions["c_out"].GetByteSize() != size || g.Regions["c_out"].GetDeviceId() != 0 {
 			t.Fatalf("gRPC status: %v %v", g, err)
 		}
+		_, err = c.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{Name: "c_out"})
+		wantStatus(t, err, codes.InvalidArgument, "The region named 'c_out' is registered as CUDA shared memory, not system shared memory")
 	})
 
 	infer := func(model string, inOff, outOff int, values ...float32) (int, string) {

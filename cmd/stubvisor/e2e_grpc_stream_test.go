@@ -212,6 +212,10 @@ func grpcSystemSharedMemory(t *testing.T, e grpcSuite) {
 	if err != nil || st.Regions["r1"].GetByteSize() != 64 || st.Regions["r1"].GetKey() != "/"+key {
 		t.Fatalf("status %v %v", st, err)
 	}
+	_, err = c.CudaSharedMemoryStatus(ctx, &pb.CudaSharedMemoryStatusRequest{Name: "r1"})
+	wantStatus(t, err, codes.InvalidArgument, "The region named 'r1' is registered as system shared memory, not CUDA shared memory")
+	_, err = c.CudaSharedMemoryStatus(ctx, &pb.CudaSharedMemoryStatusRequest{Name: "nope"})
+	wantStatus(t, err, codes.NotFound, "Unable to find cuda shared memory region: 'nope'")
 	if _, err := c.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{}); err != nil {
 		t.Fatal(err)
 	}
