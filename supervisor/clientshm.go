@@ -109,6 +109,25 @@ func (c *clientShm) list(name string, cuda bool) []*shmRegion {
 	return out
 }
 
+// status is the Status endpoints' lookup: the regions of one kind sorted
+// by name, or Triton's error when name is set and names none of that kind
+// (its texts spell the kinds "system" and "CUDA", and "cuda" when missing).
+func (c *clientShm) status(name string, cuda bool) ([]*shmRegion, error) {
+	kind, other, missing := "system", "CUDA", "system"
+	if cuda {
+		kind, other, missing = "CUDA", "system", "cuda"
+	}
+	rs := c.list(name, cuda)
+	if name != "" && len(rs) == 0 {
+		if len(c.list(name, !cuda)) > 0 {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "The region named '%s' is registered as %s shared memory, not %s shared memory", name, other, kind)
+		}
+		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find %s shared memory region: '%s'", missing, name)
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].name < rs[j].name })
+	return rs, nil
+}
+
 // acquire finds the region a tensor names and checks the tensor's place
 // in it (Triton's texts); the caller releases it when the request ends.
 func (c *clientShm) acquire(ref *backendapi.SharedMemoryRef) (*shmRegion, error) {
@@ -226,18 +245,14 @@ func (s *Supervisor) UnregisterSystemSharedMemory(_ context.Context, name string
 // SystemSharedMemoryStatus implements backendapi.Backend.
 // Status works with client shared memory disabled, as in Triton.
 func (s *Supervisor) SystemSharedMemoryStatus(_ context.Context, name string) ([]backendapi.SystemSharedMemoryRegion, error) {
-	rs := s.shm.list(name, false)
-	if name != "" && len(rs) == 0 {
-		if len(s.shm.list(name, true)) > 0 {
-			return nil, backendapi.Errorf(backendapi.InvalidArg, "The region named '%s' is registered as CUDA shared memory, not system shared memory", name)
-		}
-		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find system shared memory region: '%s'", name)
+	rs, err := s.shm.status(name, false)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]backendapi.SystemSharedMemoryRegion, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, backendapi.SystemSharedMemoryRegion{Name: r.name, Key: r.key, Offset: r.offset, ByteSize: r.size})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
@@ -272,18 +287,14 @@ func (s *Supervisor) UnregisterCUDASharedMemory(_ context.Context, name string) 
 
 // CUDASharedMemoryStatus implements backendapi.Backend.
 func (s *Supervisor) CUDASharedMemoryStatus(_ context.Context, name string) ([]backendapi.CUDASharedMemoryRegion, error) {
-	rs := s.shm.list(name, true)
-	if name != "" && len(rs) == 0 {
-		if len(s.shm.list(name, false)) > 0 {
-			return nil, backendapi.Errorf(backendapi.InvalidArg, "The region named '%s' is registered as system shared memory, not CUDA shared memory", name)
-		}
-		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find cuda shared memory region: '%s'", name)
+	rs, err := s.shm.status(name, true)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]backendapi.CUDASharedMemoryRegion, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, backendapi.CUDASharedMemoryRegion{Name: r.name, DeviceID: r.deviceID, ByteSize: r.size})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
