@@ -1,11 +1,8 @@
 package stub
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +11,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
@@ -43,59 +41,31 @@ func newClientMem(t *testing.T, name string, size int) *clientMem {
 	return &clientMem{name: name, fd: fd, mem: mem}
 }
 
-// shmPeer is a stub started with a lifeline, and the test's end of it.
-type shmPeer struct {
-	*peer
-	life int
-}
+// shmPeer is a stub started with a lifeline.
+type shmPeer struct{ *peer }
 
 func startShmStub(t *testing.T, role string) *shmPeer {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fds[0]) })
-	child := os.NewFile(uintptr(fds[1]), "lifeline-stub")
-	p := startStubFiles(t, role, child)
-	child.Close()
-	return &shmPeer{peer: p, life: fds[0]}
-}
-
-// sendFD sends fd on the lifeline with payload id, as the supervisor does.
-func (p *shmPeer) sendFD(fd int, id uint64) {
-	p.t.Helper()
-	payload := binary.LittleEndian.AppendUint64(nil, id)
-	if err := unix.Sendmsg(p.life, payload, unix.UnixRights(fd), nil, 0); err != nil {
-		p.t.Fatal(err)
-	}
+	return &shmPeer{startGoStub(t, role, true)}
 }
 
 // mapRegion hands the stub [offset, offset+size) of c as region id.
 func (p *shmPeer) mapRegion(c *clientMem, id, offset, size uint64) {
-	p.t.Helper()
-	p.sendFD(c.fd, id)
-	p.send(&ipc.MapRegionMsg{RegionID: id, Offset: offset, Size: size})
+	p.T.Helper()
+	p.SendFD(c.fd, id)
+	p.Send(&ipc.MapRegionMsg{RegionID: id, Offset: offset, Size: size})
 }
 
 // maps reports whether the stub maps the memfd name now (after a round
 // trip, so every message sent before is handled).
 func (p *shmPeer) maps(name string) bool {
-	p.t.Helper()
-	p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} })
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.cmd.Process.Pid))
+	p.T.Helper()
+	p.IsReady()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", p.Cmd.Process.Pid))
 	if err != nil {
-		p.t.Fatal(err)
+		p.T.Fatal(err)
 	}
 	return strings.Contains(string(b), "/memfd:"+name+" ")
-}
-
-func le32(vals ...int32) []byte {
-	var b []byte
-	for _, v := range vals {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
-	return b
 }
 
 func clientIn(name string, region, off uint64, n int) ipc.Tensor {
@@ -123,11 +93,11 @@ func TestClientSharedMemory(t *testing.T) {
 	copy(reg[100:], le32(1, 2, 3, 4))
 
 	t.Run("inputs and outputs in the region", func(t *testing.T) {
-		p.t = t
+		p.T = t
 		clear(reg[200:400])
-		p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 3, Inputs: []ipc.Tensor{clientIn("IN0", id, 100, 4)},
+		p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 3, Inputs: []ipc.Tensor{clientIn("IN0", id, 100, 4)},
 			OutputTargets: []ipc.OutputTarget{{Name: "OUT0", RegionID: id, Offset: 200, Size: 32}, {Name: "MODEL", RegionID: id, Offset: 300, Size: 5}}}}})
-		done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+		done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
 		if !ok || done.Error != nil || len(done.Responses) != 1 || done.Responses[0].Error != nil {
 			t.Fatalf("ExecuteDone = %+v", done)
 		}
@@ -161,8 +131,8 @@ func TestClientSharedMemory(t *testing.T) {
 		if reg[216] != 0 || reg[305] != 0 {
 			t.Error("the stub wrote past an output")
 		}
-		p.release(resp)
-		p.stubInUse(0)
+		p.Release(resp)
+		p.StubInUse(0)
 	})
 
 	tests := []struct {
@@ -190,11 +160,11 @@ func TestClientSharedMemory(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p.t = t
+			p.T = t
 			clear(reg[200:400])
 			batch := uint64(10 + i)
-			p.send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{{Handle: 4, Inputs: []ipc.Tensor{tc.in}, OutputTargets: tc.targets}}})
-			done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+			p.Send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{{Handle: 4, Inputs: []ipc.Tensor{tc.in}, OutputTargets: tc.targets}}})
+			done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
 			if !ok || done.BatchID != batch {
 				t.Fatalf("ExecuteDone = %+v", done)
 			}
@@ -216,7 +186,7 @@ func TestClientSharedMemory(t *testing.T) {
 					t.Errorf("byte %d of the region written despite the error", off)
 				}
 			}
-			p.stubInUse(0) // arena outputs of the failed response were freed
+			p.StubInUse(0) // arena outputs of the failed response were freed
 		})
 	}
 
@@ -224,30 +194,30 @@ func TestClientSharedMemory(t *testing.T) {
 		s := startShmStub(t, "sloppy")
 		s.initialize(false)
 		s.mapRegion(c, 7, base, size)
-		s.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 7, 100, 4)},
+		s.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 7, 100, 4)},
 			OutputTargets: []ipc.OutputTarget{{Name: "OUT0", RegionID: 7, Offset: 200, Size: 4}}}}})
-		done, ok := s.recv().(*ipc.ExecuteDoneMsg)
+		done, ok := s.Recv().(*ipc.ExecuteDoneMsg)
 		if !ok || done.Error != nil || len(done.Responses) != 1 || done.Responses[0].Error == nil ||
 			!strings.Contains(done.Responses[0].Error.Message, "output 'OUT0' (4 bytes) should be at least 16 bytes") {
 			t.Fatalf("ExecuteDone = %+v, want the too-small error", done)
 		}
-		s.finalize()
+		s.Finalize()
 	})
 
 	t.Run("unmap", func(t *testing.T) {
-		p.t = t
-		p.send(&ipc.UnmapRegionMsg{RegionID: id})
+		p.T = t
+		p.Send(&ipc.UnmapRegionMsg{RegionID: id})
 		if p.maps(c.name) {
 			t.Fatal("region still mapped after UnmapRegion")
 		}
-		p.send(&ipc.UnmapRegionMsg{RegionID: id}) // repeated: ignored
-		p.send(&ipc.ExecuteMsg{BatchID: 99, Requests: []ipc.Request{{Handle: 5, Inputs: []ipc.Tensor{clientIn("IN0", id, 100, 4)}}}})
-		if done, ok := p.recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
+		p.Send(&ipc.UnmapRegionMsg{RegionID: id}) // repeated: ignored
+		p.Send(&ipc.ExecuteMsg{BatchID: 99, Requests: []ipc.Request{{Handle: 5, Inputs: []ipc.Tensor{clientIn("IN0", id, 100, 4)}}}})
+		if done, ok := p.Recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
 			t.Fatalf("ExecuteDone after unmap = %+v", done)
 		}
 	})
-	p.t = t
-	p.finalize()
+	p.T = t
+	p.Finalize()
 }
 
 // TestClientSharedMemoryZeroCopy shows that a model reads the client's
@@ -261,16 +231,16 @@ func TestClientSharedMemoryZeroCopy(t *testing.T) {
 	p.initialize(true)
 	p.mapRegion(c, 2, 0, 4096)
 	copy(c.mem[0:], le32(1, 2, 3))
-	p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 8, Inputs: []ipc.Tensor{clientIn("IN0", 2, 0, 3)},
+	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 8, Inputs: []ipc.Tensor{clientIn("IN0", 2, 0, 3)},
 		OutputTargets: []ipc.OutputTarget{{Name: "OUT0", RegionID: 2, Offset: 1024, Size: 12}}}}})
-	if first, ok := p.recv().(*ipc.ResponseMsg); !ok || first.Response.Flags != 0 || first.Response.Error != nil {
+	if first, ok := p.Recv().(*ipc.ResponseMsg); !ok || first.Response.Flags != 0 || first.Response.Error != nil {
 		t.Fatalf("first response = %+v", first)
 	}
 	copy(c.mem[0:], le32(7, 8, 9)) // Execute is running and holds the input
-	p.send(&ipc.CancelMsg{Handle: 8})
+	p.Send(&ipc.CancelMsg{Handle: 8})
 	var final *ipc.ResponseMsg
 	for final == nil {
-		switch m := p.recv().(type) {
+		switch m := p.Recv().(type) {
 		case *ipc.ResponseMsg:
 			final = m
 		case *ipc.ExecuteDoneMsg:
@@ -286,13 +256,13 @@ func TestClientSharedMemoryZeroCopy(t *testing.T) {
 	if got := c.mem[1024:1036]; string(got) != string(le32(7, 8, 9)) {
 		t.Fatalf("OUT0 in the region = %x, want the input as changed during Execute", got)
 	}
-	if _, stubUsage := p.conn.Usage(); stubUsage.HighWater != 0 {
+	if _, stubUsage := p.Conn.Usage(); stubUsage.HighWater != 0 {
 		t.Fatalf("stub arena high water %d bytes: the output went through the arena", stubUsage.HighWater)
 	}
-	if done, ok := p.recv().(*ipc.ExecuteDoneMsg); !ok || done.Error != nil {
+	if done, ok := p.Recv().(*ipc.ExecuteDoneMsg); !ok || done.Error != nil {
 		t.Fatalf("ExecuteDone = %+v", done)
 	}
-	p.finalize()
+	p.Finalize()
 }
 
 // TestLifelineErrors: fds that do not pair with MapRegion end the stub
@@ -305,25 +275,23 @@ func TestLifelineErrors(t *testing.T) {
 	t.Run("fd of another region", func(t *testing.T) {
 		p := startShmStub(t, "echo")
 		p.initialize(false)
-		p.sendFD(c.fd, 2)
-		p.send(&ipc.MapRegionMsg{RegionID: 1, Size: 4096})
-		p.waitExit()
-		var exitErr *exec.ExitError
-		if !errors.As(p.err, &exitErr) || exitErr.ExitCode() != exitProtocol {
-			t.Fatalf("stub exit = %v, want status %d\n%s", p.err, exitProtocol, p.stderr)
+		p.SendFD(c.fd, 2)
+		p.Send(&ipc.MapRegionMsg{RegionID: 1, Size: 4096})
+		if code := p.ExitCode(); code != exitProtocol {
+			t.Fatalf("stub exit status %d, want %d\n%s", code, exitProtocol, p.Stderr)
 		}
-		if !strings.Contains(p.stderr.String(), "the lifeline carried another region") {
-			t.Fatalf("stderr:\n%s", p.stderr)
+		if !strings.Contains(p.Stderr.String(), "the lifeline carried another region") {
+			t.Fatalf("stderr:\n%s", p.Stderr)
 		}
 	})
 
 	t.Run("no lifeline", func(t *testing.T) {
 		p := startStub(t, "echo")
 		p.initialize(false)
-		p.send(&ipc.MapRegionMsg{RegionID: 1, Size: 4096})
+		p.Send(&ipc.MapRegionMsg{RegionID: 1, Size: 4096})
 		var logged string
 		for logged == "" {
-			m, err := p.conn.Recv(time.Now().Add(waitBound))
+			m, err := p.Conn.Recv(time.Now().Add(fakesup.WaitBound))
 			if err != nil {
 				t.Fatalf("recv: %v", err)
 			}
@@ -334,24 +302,24 @@ func TestLifelineErrors(t *testing.T) {
 		if !strings.Contains(logged, "no lifeline socket on fd 4") {
 			t.Fatalf("log = %q", logged)
 		}
-		p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 1, 0, 4)}}}})
-		if done, ok := p.recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
+		p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 1, 0, 4)}}}})
+		if done, ok := p.Recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
 			t.Fatalf("ExecuteDone = %+v", done)
 		}
-		p.finalize()
+		p.Finalize()
 	})
 
 	t.Run("region past the end of the object", func(t *testing.T) {
 		p := startShmStub(t, "echo")
 		p.initialize(false)
 		p.mapRegion(c, 3, 2048, 4096)
-		p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 3, 0, 4)}}}})
-		if done, ok := p.recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
+		p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{clientIn("IN0", 3, 0, 4)}}}})
+		if done, ok := p.Recv().(*ipc.ExecuteDoneMsg); !ok || done.Error == nil || !strings.Contains(done.Error.Message, "is not mapped in this stub") {
 			t.Fatalf("ExecuteDone = %+v", done)
 		}
 		if p.maps(c.name) {
 			t.Fatal("a region past the object was mapped")
 		}
-		p.finalize()
+		p.Finalize()
 	})
 }

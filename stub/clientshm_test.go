@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 )
 
 // aliasModel (decoupled) sends an empty response, waits until the request
@@ -17,7 +18,7 @@ func (aliasModel) Finalize() error                    { return nil }
 func (aliasModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		_ = r.Send(ModelResponse{}, false)
-		deadline := time.Now().Add(waitBound)
+		deadline := time.Now().Add(fakesup.WaitBound)
 		for !r.Cancelled() {
 			if time.Now().After(deadline) {
 				_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)

@@ -7,10 +7,8 @@ package stub
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +16,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
-	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
 
@@ -149,129 +147,49 @@ func bytesElem(s string) []byte {
 	return append(b, s...)
 }
 
-// peer is the test's side of one helper stub.
-type peer struct {
-	t      *testing.T
-	conn   *ipc.Conn
-	cmd    *exec.Cmd
-	stderr *ipctest.LockedBuffer
-	exited chan struct{}
-	err    error
-	nextID uint64
-}
-
-const waitBound = 10 * time.Second
+// peer is the test's side of one helper stub: the shared fake supervisor
+// and the calls these tests make to the Go stub's models.
+type peer struct{ *fakesup.Stub }
 
 // startStub runs this test binary as a stub serving role and completes the
-// handshake. The process is killed and the region closed at cleanup.
+// handshake; fakesup ends the process and closes the region at cleanup.
 func startStub(t *testing.T, role string) *peer {
 	t.Helper()
-	return startStubFiles(t, role)
+	return startGoStub(t, role, false)
 }
 
-// startStubFiles is startStub with extra descriptors for the stub, from
-// fd 4 on (the lifeline). The caller closes its copies.
-func startStubFiles(t *testing.T, role string, extra ...*os.File) *peer {
+// startGoStub is startStub, with a lifeline on fd 4 when lifeline is set.
+func startGoStub(t *testing.T, role string, lifeline bool) *peer {
 	t.Helper()
 	s := ipc.DefaultSettings()
 	s.Pool.DefaultBytes, s.Pool.GrowthBytes, s.Pool.MaxBytes = 1<<20, 1<<20, 16<<20
-	conn, err := ipc.Create("stub-test", s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &peer{t: t, conn: conn, stderr: &ipctest.LockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), roleEnv+"="+role, ipc.InstanceEnv+"="+role+"_0_0")
-	p.cmd.ExtraFiles = append([]*os.File{conn.File()}, extra...)
-	p.cmd.Stderr = p.stderr
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		conn.Close()
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		conn.MarkDead() // what the supervisor's reaper does
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		conn.Close()
-	})
-	hello, ok := p.recv().(*ipc.HelloMsg)
-	if !ok || hello.Version != ipc.ProtocolVersion || hello.PID != int64(p.cmd.Process.Pid) || hello.Info["backend"] != "go" {
-		t.Fatalf("hello = %+v", hello)
-	}
-	if got := conn.StubPID(); got != p.cmd.Process.Pid {
-		t.Fatalf("stub pid in control block = %d, want %d", got, p.cmd.Process.Pid)
+	cmd := fakesup.Self(roleEnv+"="+role, ipc.InstanceEnv+"="+role+"_0_0")
+	p := &peer{fakesup.Start(t, cmd, fakesup.Options{Name: "stub-test", Settings: s, Lifeline: lifeline})}
+	if p.Hello.Info["backend"] != "go" {
+		t.Fatalf("hello = %+v, want backend go", p.Hello)
 	}
 	return p
 }
 
-func (p *peer) send(m ipc.Message) {
-	p.t.Helper()
-	if err := p.conn.Send(m); err != nil {
-		p.t.Fatalf("send %T: %v", m, err)
-	}
-}
-
-// recv returns the next message that is not a Log.
-func (p *peer) recv() ipc.Message {
-	p.t.Helper()
-	for {
-		m, err := p.conn.Recv(time.Now().Add(waitBound))
-		if err != nil {
-			p.t.Fatalf("recv: %v\nstub stderr:\n%s", err, p.stderr)
-		}
-		if _, ok := m.(*ipc.LogMsg); !ok {
-			return m
-		}
-	}
-}
-
-// call sends a request built with a fresh id and returns its Result.
-func (p *peer) call(build func(id uint64) ipc.Message) *ipc.ResultMsg {
-	p.t.Helper()
-	p.nextID++
-	id := p.nextID
-	p.send(build(id))
-	r, ok := p.recv().(*ipc.ResultMsg)
-	if !ok || r.ID != id {
-		p.t.Fatalf("reply to %d = %+v", id, r)
-	}
-	return r
-}
-
 func (p *peer) initialize(decoupled bool) {
-	p.t.Helper()
-	r := p.call(func(id uint64) ipc.Message {
+	p.T.Helper()
+	r := p.Call(func(id uint64) ipc.Message {
 		return &ipc.InitializeMsg{ID: id, Args: map[string]string{"model_name": "m", "model_instance_name": "m_0_0"}, Options: map[string]any{"decoupled": decoupled}}
 	})
 	if r.Error != nil {
-		p.t.Fatalf("initialize: %+v", r.Error)
+		p.T.Fatalf("initialize: %+v", r.Error)
 	}
 }
 
 // input writes int32 values into the supervisor's arena.
 func (p *peer) input(name string, vals ...int32) ipc.Tensor {
-	p.t.Helper()
-	off, buf, err := p.conn.Alloc(uint64(4 * len(vals)))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	for i, v := range vals {
-		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
-	}
-	return ipc.Tensor{Name: name, DataType: uint8(backendapi.TypeInt32), Shape: []int64{int64(len(vals))}, Loc: ipc.LocArena0, Offset: off, Size: uint64(4 * len(vals))}
+	p.T.Helper()
+	return p.Tensor(name, backendapi.TypeInt32, []int64{int64(len(vals))}, le32(vals...))
 }
 
 func (p *peer) int32s(t ipc.Tensor) []int32 {
-	p.t.Helper()
-	b, err := p.conn.View(t.Loc, t.Offset, t.Size)
-	if err != nil {
-		p.t.Fatal(err)
-	}
+	p.T.Helper()
+	b := p.Read(t)
 	out := make([]int32, len(b)/4)
 	for i := range out {
 		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
@@ -279,63 +197,25 @@ func (p *peer) int32s(t ipc.Tensor) []int32 {
 	return out
 }
 
-// release hands every arena-1 output of rs back, as the supervisor does.
-func (p *peer) release(rs ...ipc.Response) {
-	p.t.Helper()
-	var offs []uint64
-	for _, r := range rs {
-		for _, t := range r.Outputs {
-			if t.Loc == ipc.LocArena1 && t.Size > 0 {
-				offs = append(offs, t.Offset)
-			}
-		}
+func le32(vals ...int32) []byte {
+	var b []byte
+	for _, v := range vals {
+		b = binary.LittleEndian.AppendUint32(b, uint32(v))
 	}
-	p.send(&ipc.ReleaseMsg{Offsets: offs})
-}
-
-// stubInUse waits until the stub's published arena usage is want bytes.
-func (p *peer) stubInUse(want uint64) {
-	p.t.Helper()
-	// The stub publishes its usage in the control block; a round trip
-	// (IsReady) orders our read after it handled the Release.
-	p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} })
-	if _, peerUsage := p.conn.Usage(); peerUsage.InUse != want {
-		p.t.Fatalf("stub arena in use = %d bytes, want %d", peerUsage.InUse, want)
-	}
-}
-
-// finalize asks the stub to finalize and waits for it to exit 0.
-func (p *peer) finalize() {
-	p.t.Helper()
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }); r.Error != nil {
-		p.t.Fatalf("finalize: %+v", r.Error)
-	}
-	p.waitExit()
-	if p.err != nil {
-		p.t.Fatalf("stub exited with %v after Finalize\n%s", p.err, p.stderr)
-	}
-}
-
-func (p *peer) waitExit() {
-	p.t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(waitBound):
-		p.t.Fatalf("stub did not exit within %s", waitBound)
-	}
+	return b
 }
 
 func TestExecute(t *testing.T) {
 	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }); r.Value != false {
-		t.Fatalf("IsReady before Initialize = %v, want false", r.Value)
+	if v := p.IsReady(); v != false {
+		t.Fatalf("IsReady before Initialize = %v, want false", v)
 	}
 	p.initialize(false)
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }); r.Value != true {
-		t.Fatalf("IsReady = %v, want true", r.Value)
+	if v := p.IsReady(); v != true {
+		t.Fatalf("IsReady = %v, want true", v)
 	}
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.AutoCompleteMsg{ID: id, ConfigJSON: `{"name":"m"}`} }); r.Value != `{"name":"m"}` {
+	if r := p.Call(func(id uint64) ipc.Message { return &ipc.AutoCompleteMsg{ID: id, ConfigJSON: `{"name":"m"}`} }); r.Value != `{"name":"m"}` {
 		t.Fatalf("AutoComplete = %v, want the config unchanged", r.Value)
 	}
 
@@ -350,11 +230,11 @@ func TestExecute(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p.t = t
+			p.T = t
 			in := p.input("IN0", 1, 2, 3, int32(i))
 			batch := uint64(100 + i)
-			p.send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{{Handle: 7, ID: "r", CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}, RequestedOutputs: tc.requested, ParametersJSON: "{}"}}})
-			done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+			p.Send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{{Handle: 7, ID: "r", CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}, RequestedOutputs: tc.requested, ParametersJSON: "{}"}}})
+			done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
 			if !ok || done.BatchID != batch || done.Error != nil || len(done.Responses) != 1 {
 				t.Fatalf("ExecuteDone = %+v", done)
 			}
@@ -371,7 +251,7 @@ func TestExecute(t *testing.T) {
 						t.Errorf("%s = %v at loc %d", o.Name, got, o.Loc)
 					}
 				case "MODEL":
-					b, _ := p.conn.View(o.Loc, o.Offset, o.Size)
+					b, _ := p.Conn.View(o.Loc, o.Offset, o.Size)
 					if !bytes.Equal(b, bytesElem("m")) {
 						t.Errorf("MODEL = %q", b)
 					}
@@ -380,37 +260,37 @@ func TestExecute(t *testing.T) {
 			if strings.Join(names, ",") != strings.Join(tc.wantNames, ",") {
 				t.Fatalf("outputs %v, want %v", names, tc.wantNames)
 			}
-			p.release(resp)
+			p.Release(resp)
 			// A stray and a repeated offset must not free a live block.
-			p.release(resp)
-			p.send(&ipc.ReleaseMsg{Offsets: []uint64{1 << 30}})
-			p.stubInUse(0)
-			if err := p.conn.Free(in.Offset); err != nil {
+			p.Release(resp)
+			p.Send(&ipc.ReleaseMsg{Offsets: []uint64{1 << 30}})
+			p.StubInUse(0)
+			if err := p.Conn.Free(in.Offset); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
 	t.Run("rescheduled", func(t *testing.T) {
-		p.t = t
+		p.T = t
 		keep, back := p.input("IN0", 5), p.input("IN0", -2)
-		p.send(&ipc.ExecuteMsg{BatchID: 200, Requests: []ipc.Request{
+		p.Send(&ipc.ExecuteMsg{BatchID: 200, Requests: []ipc.Request{
 			{Handle: 8, CorrelationID: uint64(3), Inputs: []ipc.Tensor{keep}, ParametersJSON: "{}"},
 			{Handle: 9, CorrelationID: uint64(4), Inputs: []ipc.Tensor{back}, ParametersJSON: "{}"},
 		}})
-		done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+		done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
 		if !ok || done.Error != nil || len(done.Responses) != 1 || done.Responses[0].Handle != 8 || fmt.Sprint(done.Rescheduled) != "[9]" {
 			t.Fatalf("ExecuteDone = %+v, want an answer for 8 and 9 handed back", done)
 		}
-		p.release(done.Responses[0])
-		p.stubInUse(0) // the handed-back request's output went with it
+		p.Release(done.Responses[0])
+		p.StubInUse(0) // the handed-back request's output went with it
 		for _, in := range []ipc.Tensor{keep, back} {
-			if err := p.conn.Free(in.Offset); err != nil {
+			if err := p.Conn.Free(in.Offset); err != nil {
 				t.Fatal(err)
 			}
 		}
 	})
-	p.t = t
-	p.finalize()
+	p.T = t
+	p.Finalize()
 }
 
 func TestBatchErrors(t *testing.T) {
@@ -432,8 +312,8 @@ func TestBatchErrors(t *testing.T) {
 				p.initialize(false)
 			}
 			in := p.input("IN0", 1, 2, 3, 4)
-			p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{in}}}})
-			done, ok := p.recv().(*ipc.ExecuteDoneMsg)
+			p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{in}}}})
+			done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
 			if !ok || done.Error == nil || len(done.Responses) != 0 {
 				t.Fatalf("ExecuteDone = %+v, want a batch error", done)
 			}
@@ -441,9 +321,9 @@ func TestBatchErrors(t *testing.T) {
 				!strings.Contains(done.Error.Message, "Failed to process the request(s) for model '"+tc.role+"_0_0'") {
 				t.Fatalf("error = %+v, want %s containing %q", done.Error, tc.wantCode, tc.wantText)
 			}
-			p.stubInUse(0) // outputs of the failed batch were freed
-			_ = p.conn.Free(in.Offset)
-			p.finalize()
+			p.StubInUse(0) // outputs of the failed batch were freed
+			_ = p.Conn.Free(in.Offset)
+			p.Finalize()
 		})
 	}
 }
@@ -451,14 +331,14 @@ func TestBatchErrors(t *testing.T) {
 func TestInitializeError(t *testing.T) {
 	shmtest.NoLeaks(t)
 	p := startStub(t, "initfail")
-	r := p.call(func(id uint64) ipc.Message { return &ipc.InitializeMsg{ID: id, Options: map[string]any{}} })
+	r := p.Call(func(id uint64) ipc.Message { return &ipc.InitializeMsg{ID: id, Options: map[string]any{}} })
 	if r.Error == nil || backendapi.Code(r.Error.Code) != backendapi.InvalidArg || r.Error.Message != "bad parameter 'X'" {
 		t.Fatalf("initialize reply = %+v, want INVALID_ARG \"bad parameter 'X'\"", r.Error)
 	}
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }); r.Value != false {
-		t.Fatalf("IsReady after a failed Initialize = %v", r.Value)
+	if v := p.IsReady(); v != false {
+		t.Fatalf("IsReady after a failed Initialize = %v", v)
 	}
-	p.finalize()
+	p.Finalize()
 }
 
 func TestDecoupled(t *testing.T) {
@@ -466,12 +346,12 @@ func TestDecoupled(t *testing.T) {
 	p := startStub(t, "repeat")
 	p.initialize(true)
 	in := p.input("IN", 10, 20, 30)
-	p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 5, Inputs: []ipc.Tensor{in}}}})
+	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 5, Inputs: []ipc.Tensor{in}}}})
 	var got []int32
 	var resps []ipc.Response
 	sawDone, sawFinal := false, false
 	for !sawDone || !sawFinal {
-		switch m := p.recv().(type) {
+		switch m := p.Recv().(type) {
 		case *ipc.ExecuteDoneMsg:
 			if m.Error != nil || len(m.Responses) != 0 {
 				t.Fatalf("decoupled ExecuteDone = %+v", m)
@@ -498,31 +378,31 @@ func TestDecoupled(t *testing.T) {
 	if fmt.Sprint(got) != "[10 20 30]" {
 		t.Fatalf("streamed %v, want [10 20 30]", got)
 	}
-	p.release(resps...)
-	p.stubInUse(0)
-	_ = p.conn.Free(in.Offset)
-	p.finalize()
+	p.Release(resps...)
+	p.StubInUse(0)
+	_ = p.Conn.Free(in.Offset)
+	p.Finalize()
 }
 
 func TestCancel(t *testing.T) {
 	shmtest.NoLeaks(t)
 	p := startStub(t, "cancel")
 	p.initialize(true)
-	p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 9}}})
-	first, ok := p.recv().(*ipc.ResponseMsg)
+	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 9}}})
+	first, ok := p.Recv().(*ipc.ResponseMsg)
 	if !ok || first.Response.Handle != 9 || first.Response.Flags != 0 {
 		t.Fatalf("first = %+v", first)
 	}
 	// Execute is still running: the model sees the Cancel by pumping.
-	p.send(&ipc.CancelMsg{Handle: 9})
-	final, ok := p.recv().(*ipc.ResponseMsg)
+	p.Send(&ipc.CancelMsg{Handle: 9})
+	final, ok := p.Recv().(*ipc.ResponseMsg)
 	if !ok || final.Response.Flags&ipc.FlagFinal == 0 || final.Response.Error == nil || backendapi.Code(final.Response.Error.Code) != backendapi.Cancelled {
 		t.Fatalf("final = %+v, want a CANCELLED final response", final)
 	}
-	if done, ok := p.recv().(*ipc.ExecuteDoneMsg); !ok || done.Error != nil {
+	if done, ok := p.Recv().(*ipc.ExecuteDoneMsg); !ok || done.Error != nil {
 		t.Fatalf("ExecuteDone = %+v", done)
 	}
-	p.finalize()
+	p.Finalize()
 }
 
 func TestPanicCrashesStub(t *testing.T) {
@@ -530,11 +410,11 @@ func TestPanicCrashesStub(t *testing.T) {
 	p := startStub(t, "echo")
 	p.initialize(false)
 	in := p.input("IN0", -1, 0, 0, 0)
-	p.send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{in}}}})
+	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 1, Inputs: []ipc.Tensor{in}}}})
 	// The stub reports the panic in a Log record, then dies.
 	var logged string
 	for logged == "" {
-		m, err := p.conn.Recv(time.Now().Add(waitBound))
+		m, err := p.Conn.Recv(time.Now().Add(fakesup.WaitBound))
 		if err != nil {
 			break // dead before we read the record: stderr still tells
 		}
@@ -542,13 +422,11 @@ func TestPanicCrashesStub(t *testing.T) {
 			logged = l.Message
 		}
 	}
-	p.waitExit()
-	var exitErr *exec.ExitError
-	if !errors.As(p.err, &exitErr) || exitErr.ExitCode() != 2 {
-		t.Fatalf("stub exit = %v, want exit status 2 (a Go panic)", p.err)
+	if code := p.ExitCode(); code != 2 {
+		t.Fatalf("stub exit status %d, want 2 (a Go panic)", code)
 	}
-	if !strings.Contains(p.stderr.String(), "panic: echo: IN0[0] == -1") {
-		t.Fatalf("stderr lacks the panic:\n%s", p.stderr)
+	if !strings.Contains(p.Stderr.String(), "panic: echo: IN0[0] == -1") {
+		t.Fatalf("stderr lacks the panic:\n%s", p.Stderr)
 	}
 	if logged != "" && !strings.Contains(logged, "panicked in Execute: echo: IN0[0] == -1") {
 		t.Fatalf("log record = %q", logged)
@@ -559,11 +437,9 @@ func TestExitsWhenSupervisorDies(t *testing.T) {
 	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	p.initialize(false)
-	p.conn.MarkDead() // the supervisor tearing the region down
-	p.waitExit()
-	var exitErr *exec.ExitError
-	if !errors.As(p.err, &exitErr) || exitErr.ExitCode() != exitPeerDead {
-		t.Fatalf("stub exit = %v, want status %d", p.err, exitPeerDead)
+	p.Conn.MarkDead() // the supervisor tearing the region down
+	if code := p.ExitCode(); code != exitPeerDead {
+		t.Fatalf("stub exit status %d, want %d", code, exitPeerDead)
 	}
 }
 
@@ -571,15 +447,15 @@ func TestIgnoresSIGTERM(t *testing.T) {
 	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	p.initialize(false)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	// Still serving: a round trip after the signals were delivered.
-	if r := p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }); r.Value != true {
-		t.Fatalf("IsReady after SIGTERM = %v", r.Value)
+	if v := p.IsReady(); v != true {
+		t.Fatalf("IsReady after SIGTERM = %v", v)
 	}
-	p.finalize()
+	p.Finalize()
 }
