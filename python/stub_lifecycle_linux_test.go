@@ -2,9 +2,7 @@ package python
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -14,6 +12,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 )
 
 func TestStubAutoComplete(t *testing.T) {
@@ -30,9 +29,9 @@ func TestStubAutoComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := s.id()
-	s.send(&ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": filepath.Join(dir, "1", "model.py")}, ConfigJSON: string(cfgJSON)})
-	res := s.expect(ipc.KindResult).(*ipc.ResultMsg)
+	id := s.ID()
+	s.Send(&ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": filepath.Join(dir, "1", "model.py")}, ConfigJSON: string(cfgJSON)})
+	res := s.Expect(ipc.KindResult).(*ipc.ResultMsg)
 	if res.Error != nil {
 		t.Fatalf("auto-complete failed: %s", res.Error.Message)
 	}
@@ -53,16 +52,9 @@ func TestStubAutoComplete(t *testing.T) {
 func TestStubExitsWhenRegionMarkedDead(t *testing.T) {
 	s := startStub(t, "identity_fp32_0_0")
 	s.mustInitialize("identity_fp32", false)
-	s.conn.MarkDead()
-	select {
-	case err := <-s.waitErr:
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Fatalf("stub exit = %v, want status 1", err)
-		}
-		s.waitErr <- err
-	case <-time.After(waitBound):
-		t.Fatal("stub still running after the region was marked dead")
+	s.Conn.MarkDead()
+	if code := s.ExitCode(); code != 1 {
+		t.Fatalf("stub exit status %d, want 1", code)
 	}
 }
 
@@ -102,13 +94,13 @@ func TestTestModelsConfigs(t *testing.T) {
 func BenchmarkStubIdentityFP32(b *testing.B) {
 	s := startStub(b, "identity_fp32_0_0")
 	s.mustInitialize("identity_fp32", false)
-	in := s.tensor("INPUT0", backendapi.TypeFP32, []int64{16}, ipctest.FP32(make([]float32, 16)...))
+	in := s.Tensor("INPUT0", backendapi.TypeFP32, []int64{16}, ipctest.FP32(make([]float32, 16)...))
 	req := []ipc.Request{{Handle: 1, CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}}}
 	round := func(i int) {
-		if err := s.conn.Send(&ipc.ExecuteMsg{BatchID: uint64(i), Requests: req}); err != nil {
+		if err := s.Conn.Send(&ipc.ExecuteMsg{BatchID: uint64(i), Requests: req}); err != nil {
 			b.Fatal(err)
 		}
-		m, err := s.conn.Recv(time.Now().Add(waitBound))
+		m, err := s.Conn.Recv(time.Now().Add(fakesup.WaitBound))
 		if err != nil {
 			b.Fatal(err)
 		}

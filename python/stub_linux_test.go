@@ -4,37 +4,19 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 )
 
-// waitBound bounds every wait on the stub.
-const waitBound = 10 * time.Second
-
 var modelsDir = filepath.Join("..", "testdata", "models")
-
-// interpreter returns the Python the stub needs (Debian's, with numpy and
-// msgpack), or skips the test.
-func interpreter(t testing.TB) string {
-	t.Helper()
-	py := os.Getenv("STUBVISOR_PYTHON")
-	if py == "" {
-		py = "/usr/bin/python3"
-	}
-	if out, err := exec.Command(py, "-c", "import numpy, msgpack").CombinedOutput(); err != nil {
-		t.Skipf("%s cannot run the stub (needs numpy and msgpack; make deps installs them): %v: %s", py, err, out)
-	}
-	return py
-}
 
 var (
 	extractOnce sync.Once
@@ -67,104 +49,36 @@ func TestMain(m *testing.M) {
 }
 
 // stub is a running Python stub on its own region, with the test as the
-// supervisor.
+// supervisor (the shared fake supervisor), and the instance it serves.
 type stub struct {
-	t        testing.TB
+	*fakesup.Stub
 	instance string
-	conn     *ipc.Conn
-	cmd      *exec.Cmd
-	stderr   bytes.Buffer
-	waitErr  chan error
-	logs     []*ipc.LogMsg
-	nextID   uint64
 }
 
 func startStub(t testing.TB, instance string) *stub {
 	t.Helper()
-	py := interpreter(t)
-	conn, err := ipc.Create("stubtest-"+instance, ipc.DefaultSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stub{t: t, instance: instance, conn: conn, nextID: 100}
-	s.cmd = exec.Command(py, "-m", Module)
-	s.cmd.ExtraFiles = []*os.File{conn.File()}
-	s.cmd.Env = append(os.Environ(), "PYTHONPATH="+stubPath(t), ipc.InstanceEnv+"="+instance)
-	s.cmd.Stdout = &s.stderr
-	s.cmd.Stderr = &s.stderr
-	if err := s.cmd.Start(); err != nil {
-		conn.Close()
-		t.Fatal(err)
-	}
-	s.waitErr = make(chan error, 1)
-	go func() { s.waitErr <- s.cmd.Wait() }()
-	t.Cleanup(func() {
-		s.cmd.Process.Kill()
-		select {
-		case <-s.waitErr:
-		case <-time.After(waitBound):
-			t.Errorf("stub %s did not exit within %v of SIGKILL", instance, waitBound)
-		}
-		s.conn.MarkDead()
-		if err := s.conn.Close(); err != nil {
-			t.Errorf("close region: %v", err)
-		}
-	})
-	hello := s.expect(ipc.KindHello).(*ipc.HelloMsg)
-	if hello.Version != ipc.ProtocolVersion || int(hello.PID) != s.cmd.Process.Pid {
-		t.Fatalf("hello = %+v, want version %d pid %d", hello, ipc.ProtocolVersion, s.cmd.Process.Pid)
-	}
-	return s
-}
-
-func (s *stub) id() uint64 { s.nextID++; return s.nextID }
-
-func (s *stub) send(m ipc.Message) {
-	s.t.Helper()
-	if err := s.conn.Send(m); err != nil {
-		s.t.Fatalf("send %T: %v", m, err)
-	}
-}
-
-// expect returns the next message of kind, keeping Log messages met on the
-// way; any other message fails the test.
-func (s *stub) expect(kind ipc.Kind) ipc.Message {
-	s.t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
-		m, err := s.conn.Recv(deadline)
-		if err != nil {
-			s.t.Fatalf("waiting for kind %d: %v (stub output: %s)", kind, err, s.stderr.String())
-		}
-		if m.Kind() == kind {
-			return m
-		}
-		if l, ok := m.(*ipc.LogMsg); ok {
-			s.logs = append(s.logs, l)
-			continue
-		}
-		s.t.Fatalf("waiting for kind %d, got %T %+v", kind, m, m)
-	}
+	cmd := fakesup.PythonStub(t, stubPath(t), Module, instance)
+	return &stub{fakesup.Start(t, cmd, fakesup.Options{Name: "stubtest-" + instance}), instance}
 }
 
 // initialize loads a model of testdata/models with its real configuration
 // (config.pbtxt as the supervisor would print it) and the seven args.
 func (s *stub) initialize(model string, decoupled bool) *ipc.ResultMsg {
-	s.t.Helper()
+	s.T.Helper()
 	dir, err := filepath.Abs(filepath.Join(modelsDir, model))
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	cfg, err := modelconfig.Load(dir)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
 	cfgJSON, err := modelconfig.ToJSON(cfg)
 	if err != nil {
-		s.t.Fatal(err)
+		s.T.Fatal(err)
 	}
-	id := s.id()
-	s.send(&ipc.InitializeMsg{
+	id := s.ID()
+	s.Send(&ipc.InitializeMsg{
 		ID: id,
 		Args: map[string]string{
 			"model_config":             string(cfgJSON),
@@ -181,56 +95,17 @@ func (s *stub) initialize(model string, decoupled bool) *ipc.ResultMsg {
 			"force_cpu_only_input_tensors": true,
 		},
 	})
-	res := s.expect(ipc.KindResult).(*ipc.ResultMsg)
+	res := s.Expect(ipc.KindResult).(*ipc.ResultMsg)
 	if res.ID != id {
-		s.t.Fatalf("result for id %d, want %d", res.ID, id)
+		s.T.Fatalf("result for id %d, want %d", res.ID, id)
 	}
 	return res
 }
 
 func (s *stub) mustInitialize(model string, decoupled bool) {
-	s.t.Helper()
+	s.T.Helper()
 	if res := s.initialize(model, decoupled); res.Error != nil {
-		s.t.Fatalf("initialize %s: %s", model, res.Error.Message)
-	}
-}
-
-// tensor places data in arena 0 and describes it.
-func (s *stub) tensor(name string, dt backendapi.DataType, shape []int64, data []byte) ipc.Tensor {
-	s.t.Helper()
-	if len(data) == 0 {
-		return ipc.Tensor{Name: name, DataType: uint8(dt), Shape: shape, Loc: ipc.LocNone}
-	}
-	off, b, err := s.conn.Alloc(uint64(len(data)))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	copy(b, data)
-	return ipc.Tensor{Name: name, DataType: uint8(dt), Shape: shape, Loc: ipc.LocArena0, Offset: off, Size: uint64(len(data))}
-}
-
-// read returns the bytes of a tensor the stub sent.
-func (s *stub) read(t ipc.Tensor) []byte {
-	s.t.Helper()
-	if t.Loc == ipc.LocInline {
-		return t.Data
-	}
-	b, err := s.conn.View(t.Loc, t.Offset, t.Size)
-	if err != nil {
-		s.t.Fatalf("view %s: %v", t.Name, err)
-	}
-	return b
-}
-
-func (s *stub) release(r ipc.Response) {
-	var offs []uint64
-	for _, t := range r.Outputs {
-		if t.Loc == ipc.LocArena1 && t.Size > 0 {
-			offs = append(offs, t.Offset)
-		}
-	}
-	if len(offs) > 0 {
-		s.send(&ipc.ReleaseMsg{Offsets: offs})
+		s.T.Fatalf("initialize %s: %s", model, res.Error.Message)
 	}
 }
 
@@ -254,31 +129,18 @@ func outputs(r ipc.Response) map[string]ipc.Tensor {
 func TestStubInitializeArgsAndFinalize(t *testing.T) {
 	s := startStub(t, "add_sub_0_0")
 	s.mustInitialize("add_sub", false)
-	id := s.id()
-	s.send(&ipc.IsReadyMsg{ID: id})
-	if res := s.expect(ipc.KindResult).(*ipc.ResultMsg); res.Error != nil || res.Value != true {
+	id := s.ID()
+	s.Send(&ipc.IsReadyMsg{ID: id})
+	if res := s.Expect(ipc.KindResult).(*ipc.ResultMsg); res.Error != nil || res.Value != true {
 		t.Fatalf("is_ready = %+v", res)
 	}
-	id = s.id()
-	s.send(&ipc.FinalizeMsg{ID: id})
-	if res := s.expect(ipc.KindResult).(*ipc.ResultMsg); res.ID != id || res.Error != nil {
-		t.Fatalf("finalize = %+v", res)
-	}
-	select {
-	case err := <-s.waitErr:
-		if err != nil {
-			t.Fatalf("stub exit after Finalize: %v", err)
-		}
-		s.waitErr <- nil // for the cleanup
-	case <-time.After(waitBound):
-		t.Fatal("stub still running after Finalize")
-	}
+	s.Finalize()
 	found := false
-	for _, l := range s.logs {
+	for _, l := range s.Logs {
 		found = found || (l.Message == "add_sub: finalize" && l.File == "model.py" && l.Level == "INFO")
 	}
 	if !found {
-		t.Fatalf("finalize log line missing from %+v", s.logs)
+		t.Fatalf("finalize log line missing from %+v", s.Logs)
 	}
 }
 
@@ -288,13 +150,13 @@ func TestStubExecuteAddSub(t *testing.T) {
 	a, b := []float32{1, 2, 3, 4}, []float32{0.5, 0.5, 1, 1}
 	req := func(h uint64, x, y []float32, requested ...string) ipc.Request {
 		return ipc.Request{Handle: h, CorrelationID: uint64(0), RequestedOutputs: requested, Inputs: []ipc.Tensor{
-			s.tensor("INPUT0", backendapi.TypeFP32, []int64{4}, ipctest.FP32(x...)),
-			s.tensor("INPUT1", backendapi.TypeFP32, []int64{4}, ipctest.FP32(y...)),
+			s.Tensor("INPUT0", backendapi.TypeFP32, []int64{4}, ipctest.FP32(x...)),
+			s.Tensor("INPUT1", backendapi.TypeFP32, []int64{4}, ipctest.FP32(y...)),
 		}}
 	}
-	batch := s.id()
-	s.send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{req(1, a, b), req(2, b, a, "OUTPUT1")}})
-	done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+	batch := s.ID()
+	s.Send(&ipc.ExecuteMsg{BatchID: batch, Requests: []ipc.Request{req(1, a, b), req(2, b, a, "OUTPUT1")}})
+	done := s.Expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
 	if done.BatchID != batch || done.Error != nil || len(done.Responses) != 2 {
 		t.Fatalf("execute done = %+v", done)
 	}
@@ -324,16 +186,16 @@ func TestStubExecuteAddSub(t *testing.T) {
 				if o.Loc != ipc.LocInline || o.DataType != uint8(backendapi.TypeFP32) { // 16 bytes: in the message
 					t.Fatalf("%s = %+v", name, o)
 				}
-				if got := ipctest.FP32s(s.read(o)); !equalF32(got, want) {
+				if got := ipctest.FP32s(s.Read(o)); !equalF32(got, want) {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
 			}
 		})
 	}
 	for _, r := range done.Responses {
-		s.release(r)
+		s.Release(r)
 	}
-	waitStubPoolEmpty(t, s)
+	s.StubInUse(0)
 }
 
 func equalF32(a, b []float32) bool {
@@ -348,39 +210,18 @@ func equalF32(a, b []float32) bool {
 	return true
 }
 
-// waitStubPoolEmpty waits (bounded) until the stub has freed every block
-// of its arena, which it does as it reads Release messages.
-func waitStubPoolEmpty(t testing.TB, s *stub) {
-	t.Helper()
-	deadline := time.Now().Add(waitBound)
-	for {
-		_, peer := s.conn.Usage()
-		if peer.InUse == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stub arena still holds %d bytes", peer.InUse)
-		}
-		// Ask for a round trip: once its Result arrives, every Release
-		// sent before it has been handled.
-		id := s.id()
-		s.send(&ipc.IsReadyMsg{ID: id})
-		s.expect(ipc.KindResult)
-	}
-}
-
 func TestStubBytesIdentity(t *testing.T) {
 	s := startStub(t, "identity_all_0_0")
 	s.mustInitialize("identity_all", false)
 	items := []string{"hello", "", "\x00bin\xff", strings.Repeat("x", 1000)}
-	s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{
+	s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{
 		Handle: 5, CorrelationID: "sequence-7",
 		Inputs: []ipc.Tensor{
-			s.tensor("INPUT_STRING", backendapi.TypeBytes, []int64{4}, bytesTensor(items...)),
-			s.tensor("INPUT_BOOL", backendapi.TypeBool, []int64{2}, []byte{1, 0}),
+			s.Tensor("INPUT_STRING", backendapi.TypeBytes, []int64{4}, bytesTensor(items...)),
+			s.Tensor("INPUT_BOOL", backendapi.TypeBool, []int64{2}, []byte{1, 0}),
 		},
 	}}})
-	done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+	done := s.Expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
 	if done.Error != nil {
 		t.Fatalf("execute failed: %s", done.Error.Message)
 	}
@@ -389,10 +230,10 @@ func TestStubBytesIdentity(t *testing.T) {
 	if str.DataType != uint8(backendapi.TypeBytes) || len(str.Shape) != 1 || str.Shape[0] != 4 {
 		t.Fatalf("OUTPUT_STRING = %+v", str)
 	}
-	if got, want := s.read(str), bytesTensor(items...); !bytes.Equal(got, want) {
+	if got, want := s.Read(str), bytesTensor(items...); !bytes.Equal(got, want) {
 		t.Errorf("OUTPUT_STRING bytes = %q, want %q", got, want)
 	}
-	if got := s.read(outs["OUTPUT_BOOL"]); !bytes.Equal(got, []byte{1, 0}) {
+	if got := s.Read(outs["OUTPUT_BOOL"]); !bytes.Equal(got, []byte{1, 0}) {
 		t.Errorf("OUTPUT_BOOL = %v", got)
 	}
 }
@@ -405,23 +246,18 @@ func TestStubDecoupledRepeat(t *testing.T) {
 	for _, v := range in {
 		inBytes = binary.LittleEndian.AppendUint32(inBytes, uint32(v))
 	}
-	s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{
+	s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{
 		Handle: 9, CorrelationID: uint64(0),
 		Inputs: []ipc.Tensor{
-			s.tensor("IN", backendapi.TypeInt32, []int64{3}, inBytes),
-			s.tensor("DELAY", backendapi.TypeUint32, []int64{3}, make([]byte, 12)),
-			s.tensor("WAIT", backendapi.TypeUint32, []int64{1}, make([]byte, 4)),
+			s.Tensor("IN", backendapi.TypeInt32, []int64{3}, inBytes),
+			s.Tensor("DELAY", backendapi.TypeUint32, []int64{3}, make([]byte, 12)),
+			s.Tensor("WAIT", backendapi.TypeUint32, []int64{1}, make([]byte, 4)),
 		},
 	}}})
 	var responses []ipc.Response
 	gotDone := false
-	deadline := time.Now().Add(waitBound)
 	for !gotDone || len(responses) == 0 || responses[len(responses)-1].Flags&ipc.FlagFinal == 0 {
-		m, err := s.conn.Recv(deadline)
-		if err != nil {
-			t.Fatalf("recv: %v (got %d responses, done %v)", err, len(responses), gotDone)
-		}
-		switch m := m.(type) {
+		switch m := s.Recv().(type) {
 		case *ipc.ExecuteDoneMsg:
 			if m.Error != nil || len(m.Responses) != 0 {
 				t.Fatalf("decoupled execute done = %+v", m)
@@ -429,7 +265,6 @@ func TestStubDecoupledRepeat(t *testing.T) {
 			gotDone = true
 		case *ipc.ResponseMsg:
 			responses = append(responses, m.Response)
-		case *ipc.LogMsg:
 		default:
 			t.Fatalf("unexpected %T", m)
 		}
@@ -439,17 +274,17 @@ func TestStubDecoupledRepeat(t *testing.T) {
 	}
 	for i, r := range responses[:len(in)] {
 		outs := outputs(r)
-		idx := binary.LittleEndian.Uint32(s.read(outs["IDX"]))
-		out := int32(binary.LittleEndian.Uint32(s.read(outs["OUT"])))
+		idx := binary.LittleEndian.Uint32(s.Read(outs["IDX"]))
+		out := int32(binary.LittleEndian.Uint32(s.Read(outs["OUT"])))
 		if r.Handle != 9 || r.Flags != 0 || idx != uint32(i) || out != in[i] {
 			t.Errorf("response %d: handle %d flags %d IDX %d OUT %d", i, r.Handle, r.Flags, idx, out)
 		}
-		s.release(r)
+		s.Release(r)
 	}
 	if final := responses[len(in)]; final.Flags != ipc.FlagFinal || len(final.Outputs) != 0 || final.Error != nil {
 		t.Errorf("final response = %+v", final)
 	}
-	waitStubPoolEmpty(t, s)
+	s.StubInUse(0)
 }
 
 func TestStubErrors(t *testing.T) {
@@ -474,9 +309,9 @@ func TestStubErrors(t *testing.T) {
 			model: "execute_raises",
 			run: func(t *testing.T, s *stub) *ipc.Error {
 				s.mustInitialize("execute_raises", false)
-				s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
-					Inputs: []ipc.Tensor{s.tensor("INPUT0", backendapi.TypeFP32, []int64{1}, ipctest.FP32(1))}}}})
-				done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+				s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
+					Inputs: []ipc.Tensor{s.Tensor("INPUT0", backendapi.TypeFP32, []int64{1}, ipctest.FP32(1))}}}})
+				done := s.Expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
 				if len(done.Responses) != 0 {
 					t.Errorf("failed batch carried %d responses", len(done.Responses))
 				}
@@ -490,9 +325,9 @@ func TestStubErrors(t *testing.T) {
 			model: "error_codes",
 			run: func(t *testing.T, s *stub) *ipc.Error {
 				s.mustInitialize("error_codes", false)
-				s.send(&ipc.ExecuteMsg{BatchID: s.id(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
+				s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{Handle: 1, CorrelationID: uint64(0),
 					ParametersJSON: `{"error_code": "UNAVAILABLE"}`}}})
-				done := s.expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
+				done := s.Expect(ipc.KindExecuteDone).(*ipc.ExecuteDoneMsg)
 				if done.Error != nil || len(done.Responses) != 1 {
 					t.Fatalf("execute done = %+v", done)
 				}
