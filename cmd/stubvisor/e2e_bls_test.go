@@ -88,7 +88,7 @@ func blsStreamRequest(id string, cancelAfter int32, in ...int32) *pb.ModelInferR
 			{Name: "IN", Datatype: "INT32", Shape: []int64{int64(len(in))}},
 			{Name: "CANCEL_AFTER", Datatype: "INT32", Shape: []int64{1}},
 		},
-		RawInputContents: [][]byte{le32i(in...), le32i(cancelAfter)}}
+		RawInputContents: [][]byte{ipctest.INT32(in...), ipctest.INT32(cancelAfter)}}
 }
 
 func TestBLS(t *testing.T) {
@@ -118,11 +118,11 @@ func TestBLS(t *testing.T) {
 				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}},
 				{Name: "INPUT1", Datatype: "FP32", Shape: []int64{4}},
 			},
-			RawInputContents: [][]byte{bytesElems("add_sub"), le32f(in0...), le32f(in1...)}})
+			RawInputContents: [][]byte{ipctest.BYTES("add_sub"), ipctest.FP32(in0...), ipctest.FP32(in1...)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, raw := outputByName(t, resp, "OUTPUT0"); string(raw) != string(le32f(sum...)) {
+		if _, raw := outputByName(t, resp, "OUTPUT0"); string(raw) != string(ipctest.FP32(sum...)) {
 			t.Fatalf("OUTPUT0 = %v", raw)
 		}
 	})
@@ -254,7 +254,7 @@ func TestBLS(t *testing.T) {
 				{Name: "MODEL_NAME", Datatype: "BYTES", Shape: []int64{1}},
 				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}},
 			},
-			RawInputContents: [][]byte{bytesElems("add_sub"), le32f(in0...)}})
+			RawInputContents: [][]byte{ipctest.BYTES("add_sub"), ipctest.FP32(in0...)}})
 		wantStatus(t, err, codes.InvalidArgument, "but missing required input(s) ['INPUT1']")
 	})
 }

@@ -27,7 +27,7 @@ import (
 func watchRequest(model, id string) *pb.ModelInferRequest {
 	return &pb.ModelInferRequest{ModelName: model, Id: id,
 		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "WAIT_MS", Datatype: "UINT32", Shape: []int64{1}}},
-		RawInputContents: [][]byte{le32i(30000)}}
+		RawInputContents: [][]byte{ipctest.INT32(30000)}}
 }
 
 // waitLog waits until the server log has a line containing text.

@@ -124,7 +124,7 @@ func TestEnsemble(t *testing.T) {
 			"inputs":  []map[string]any{{"name": "INPUT0", "shape": []int{len(in)}, "datatype": "FP32", "parameters": map[string]any{"binary_data_size": 4 * len(in)}}},
 			"outputs": []map[string]any{{"name": "OUTPUT0", "parameters": map[string]any{"binary_data": true}}},
 		}
-		code, h, body := s.httpInferBinary("ens_pipeline", hdr, le32f(in...))
+		code, h, body := s.httpInferBinary("ens_pipeline", hdr, ipctest.FP32(in...))
 		r := httpDecodeInfer(t, code, h, body)
 		got := ipctest.FP32s(r.Blobs["OUTPUT0"])
 		if len(got) != len(in) {
@@ -140,7 +140,7 @@ func TestEnsemble(t *testing.T) {
 	t.Run("pipeline grpc", func(t *testing.T) {
 		r, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "ens_pipeline", Id: "g1",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{3}}},
-			RawInputContents: [][]byte{le32f(0.5, -1, 10)}})
+			RawInputContents: [][]byte{ipctest.FP32(0.5, -1, 10)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestEnsemble(t *testing.T) {
 		for i := range 3 {
 			if err := st.Send(&pb.ModelInferRequest{ModelName: "ens_pipeline", Id: fmt.Sprint(i),
 				Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
-				RawInputContents: [][]byte{le32f(float32(i))}}); err != nil {
+				RawInputContents: [][]byte{ipctest.FP32(float32(i))}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -224,7 +224,7 @@ func TestEnsemble(t *testing.T) {
 				{Name: "DELAY", Datatype: "UINT32", Shape: []int64{3}},
 				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}},
 			},
-			RawInputContents: [][]byte{le32i(vals...), le32i(5, 5, 5), le32i(0)}}); err != nil {
+			RawInputContents: [][]byte{ipctest.INT32(vals...), ipctest.INT32(5, 5, 5), ipctest.INT32(0)}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.CloseSend(); err != nil {
@@ -252,7 +252,7 @@ func TestEnsemble(t *testing.T) {
 			Inputs: []*pb.ModelInferRequest_InferInputTensor{
 				{Name: "IN", Datatype: "INT32", Shape: []int64{1}}, {Name: "DELAY", Datatype: "UINT32", Shape: []int64{1}},
 				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}}},
-			RawInputContents: [][]byte{le32i(1), le32i(0), le32i(0)}})
+			RawInputContents: [][]byte{ipctest.INT32(1), ipctest.INT32(0), ipctest.INT32(0)}})
 		wantStatus(t, err, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy")
 	})
 
@@ -278,7 +278,7 @@ func TestEnsemble(t *testing.T) {
 		}
 		_, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "ens_fail",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
-			RawInputContents: [][]byte{le32f(1)}})
+			RawInputContents: [][]byte{ipctest.FP32(1)}})
 		wantStatus(t, err, codes.Internal, "in ensemble 'ens_fail', Failed to process the request(s) for model 'execute_raises_0_0'")
 		// The ensemble validates its own inputs first.
 		code, body = s.httpInferJSON("ens_pipeline", map[string]any{"inputs": []map[string]any{{"name": "X", "shape": []int{1}, "datatype": "FP32", "data": []float32{1}}}})
@@ -496,7 +496,7 @@ func TestEnsembleSharedMemory(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { s.postJSON("/v2/systemsharedmemory/unregister", nil) })
-	copy(in.mem[64:], le32f(1, 2, 3))
+	copy(in.mem[64:], ipctest.FP32(1, 2, 3))
 	code, body := s.httpInferJSON("ens_diamond", map[string]any{
 		"inputs": []map[string]any{{"name": "INPUT0", "shape": []int{3}, "datatype": "FP32", "parameters": shmParams("ens_in", 64, 12)}},
 		"outputs": []map[string]any{

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // stubMaps reports whether process pid maps the file at path.
@@ -129,7 +130,7 @@ func TestGoShm(t *testing.T) {
 		t.Cleanup(func() {
 			_, _ = c.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{Name: "go_grpc"})
 		})
-		want := le32i(11, -22, 33, -44)
+		want := ipctest.INT32(11, -22, 33, -44)
 		copy(r.mem[1000+16:], want)
 		resp, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "go_minimal",
 			Inputs:  []*pb.ModelInferRequest_InferInputTensor{{Name: "IN0", Datatype: "INT32", Shape: []int64{4}, Parameters: grpcShmParams("go_grpc", 16, 16)}},

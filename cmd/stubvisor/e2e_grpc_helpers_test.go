@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"io"
 	"math"
 	"strings"
@@ -49,31 +48,6 @@ func wantStatus(t *testing.T, err error, code codes.Code, text string) {
 	if st.Code() != code || !strings.Contains(st.Message(), text) {
 		t.Fatalf("got status %s %q, want %s containing %q", st.Code(), st.Message(), code, text)
 	}
-}
-
-func le32f(vs ...float32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-	}
-	return b
-}
-
-func le32i(vs ...int32) []byte {
-	var b []byte
-	for _, v := range vs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
-	return b
-}
-
-func bytesElems(elems ...string) []byte {
-	var b []byte
-	for _, e := range elems {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(e)))
-		b = append(b, e...)
-	}
-	return b
 }
 
 func int64Param(v int64) *pb.InferParameter {

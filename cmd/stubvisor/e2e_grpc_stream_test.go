@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -26,7 +27,7 @@ func grpcStreamDecoupled(t *testing.T, e grpcSuite) {
 				{Name: "DELAY", Datatype: "UINT32", Shape: []int64{int64(len(vals))}},
 				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}},
 			},
-			RawInputContents: [][]byte{le32i(vals...), make([]byte, 4*len(vals)), le32i(0)}}
+			RawInputContents: [][]byte{ipctest.INT32(vals...), make([]byte, 4*len(vals)), ipctest.INT32(0)}}
 	}
 	st, err := c.ModelStreamInfer(callCtx(t))
 	if err != nil {
@@ -43,7 +44,7 @@ func grpcStreamDecoupled(t *testing.T, e grpcSuite) {
 	// A model error (IN and DELAY shapes differ) comes back in-band.
 	bad := repeat("c", []int32{1, 2}, nil)
 	bad.Inputs[1].Shape = []int64{1}
-	bad.RawInputContents[1] = le32i(0)
+	bad.RawInputContents[1] = ipctest.INT32(0)
 	if err := st.Send(bad); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func grpcStreamNonDecoupled(t *testing.T, e grpcSuite) {
 	for i := 0; i < 3; i++ {
 		if err := st.Send(&pb.ModelInferRequest{ModelName: "identity_fp32", Id: string(rune('x' + i)),
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
-			RawInputContents: [][]byte{le32f(float32(i))}}); err != nil {
+			RawInputContents: [][]byte{ipctest.FP32(float32(i))}}); err != nil {
 			t.Fatal(err)
 		}
 	}

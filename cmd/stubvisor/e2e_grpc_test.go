@@ -163,7 +163,7 @@ func grpcAddSubRaw(t *testing.T, e grpcSuite) {
 			{Name: "INPUT1", Datatype: "FP32", Shape: []int64{4}},
 		},
 		Outputs:          []*pb.ModelInferRequest_InferRequestedOutputTensor{{Name: "OUTPUT1"}, {Name: "OUTPUT0"}},
-		RawInputContents: [][]byte{le32f(1, 2, 3, 4), le32f(10, 20, 30, 40)},
+		RawInputContents: [][]byte{ipctest.FP32(1, 2, 3, 4), ipctest.FP32(10, 20, 30, 40)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func grpcAddSubRaw(t *testing.T, e grpcSuite) {
 	o0, raw0 := outputByName(t, r, "OUTPUT0")
 	_, raw1 := outputByName(t, r, "OUTPUT1")
 	if o0.Datatype != "FP32" || !slices.Equal(o0.Shape, []int64{4}) ||
-		!bytes.Equal(raw0, le32f(11, 22, 33, 44)) || !bytes.Equal(raw1, le32f(-9, -18, -27, -36)) {
+		!bytes.Equal(raw0, ipctest.FP32(11, 22, 33, 44)) || !bytes.Equal(raw1, ipctest.FP32(-9, -18, -27, -36)) {
 		t.Fatalf("outputs %v: %x %x", r.Outputs, raw0, raw1)
 	}
 }
@@ -195,12 +195,12 @@ func grpcEveryDtypeRaw(t *testing.T, e grpcSuite) {
 		"UINT64": {"UINT64", []int64{1}, []byte{1, 2, 3, 4, 5, 6, 7, 255}},
 		"INT8":   {"INT8", []int64{2}, []byte{0x80, 0x7f}},
 		"INT16":  {"INT16", []int64{1}, []byte{0x00, 0x80}},
-		"INT32":  {"INT32", []int64{2}, le32i(-1, 7)},
+		"INT32":  {"INT32", []int64{2}, ipctest.INT32(-1, 7)},
 		"INT64":  {"INT64", []int64{1}, []byte{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
 		"FP16":   {"FP16", []int64{2}, []byte{0x00, 0x3c, 0x00, 0xc0}},
-		"FP32":   {"FP32", []int64{3}, le32f(1.5, -2, 0)},
+		"FP32":   {"FP32", []int64{3}, ipctest.FP32(1.5, -2, 0)},
 		"FP64":   {"FP64", []int64{1}, binary.LittleEndian.AppendUint64(nil, math.Float64bits(math.Pi))},
-		"STRING": {"BYTES", []int64{3}, bytesElems("a", "", "héllo\x00world")},
+		"STRING": {"BYTES", []int64{3}, ipctest.BYTES("a", "", "héllo\x00world")},
 		"BF16":   {"BF16", []int64{1}, []byte{0x80, 0x3f}},
 	}
 	req := &pb.ModelInferRequest{ModelName: "identity_all"}
@@ -238,11 +238,11 @@ func grpcEveryDtypeTypedContents(t *testing.T, e grpcSuite) {
 		{"UINT64", "UINT64", &pb.InferTensorContents{Uint64Contents: []uint64{math.MaxUint64}}, bytes.Repeat([]byte{255}, 8)},
 		{"INT8", "INT8", &pb.InferTensorContents{IntContents: []int32{-128, 127}}, []byte{0x80, 0x7f}},
 		{"INT16", "INT16", &pb.InferTensorContents{IntContents: []int32{-32768}}, []byte{0x00, 0x80}},
-		{"INT32", "INT32", &pb.InferTensorContents{IntContents: []int32{-1, 7}}, le32i(-1, 7)},
+		{"INT32", "INT32", &pb.InferTensorContents{IntContents: []int32{-1, 7}}, ipctest.INT32(-1, 7)},
 		{"INT64", "INT64", &pb.InferTensorContents{Int64Contents: []int64{-2}}, []byte{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}},
-		{"FP32", "FP32", &pb.InferTensorContents{Fp32Contents: []float32{1.5, -2}}, le32f(1.5, -2)},
+		{"FP32", "FP32", &pb.InferTensorContents{Fp32Contents: []float32{1.5, -2}}, ipctest.FP32(1.5, -2)},
 		{"FP64", "FP64", &pb.InferTensorContents{Fp64Contents: []float64{math.Pi}}, binary.LittleEndian.AppendUint64(nil, math.Float64bits(math.Pi))},
-		{"STRING", "BYTES", &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x"), {}, []byte("yz")}}, bytesElems("x", "", "yz")},
+		{"STRING", "BYTES", &pb.InferTensorContents{BytesContents: [][]byte{[]byte("x"), {}, []byte("yz")}}, ipctest.BYTES("x", "", "yz")},
 	} {
 		t.Run(tc.suffix, func(t *testing.T) {
 			n := int64(len(tc.want) / max(1, map[string]int{"BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8, "FP32": 4, "FP64": 8}[tc.dtype]))
@@ -274,7 +274,7 @@ func grpcBadRequests(t *testing.T, e grpcSuite) {
 	good := func() *pb.ModelInferRequest {
 		return &pb.ModelInferRequest{ModelName: "add_sub",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{fp("INPUT0", 4), fp("INPUT1", 4)},
-			RawInputContents: [][]byte{le32f(1, 2, 3, 4), le32f(1, 2, 3, 4)}}
+			RawInputContents: [][]byte{ipctest.FP32(1, 2, 3, 4), ipctest.FP32(1, 2, 3, 4)}}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -287,7 +287,7 @@ func grpcBadRequests(t *testing.T, e grpcSuite) {
 		{"bad version", func(r *pb.ModelInferRequest) { r.ModelVersion = "v1" }, codes.InvalidArgument, "failed to get model version from specified version string 'v1'"},
 		{"wrong dtype", func(r *pb.ModelInferRequest) { r.Inputs[0].Datatype = "INT32" }, codes.InvalidArgument, "inference input 'INPUT0' data-type is 'INT32', but model 'add_sub' expects 'FP32'"},
 		{"wrong shape", func(r *pb.ModelInferRequest) { r.Inputs[1].Shape = []int64{2, 2} }, codes.InvalidArgument, "unexpected shape for input 'INPUT1' for model 'add_sub'. Expected [4], got [2,2]"},
-		{"wrong byte size", func(r *pb.ModelInferRequest) { r.RawInputContents[0] = le32f(1, 2, 3) }, codes.InvalidArgument, "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 16, got 12"},
+		{"wrong byte size", func(r *pb.ModelInferRequest) { r.RawInputContents[0] = ipctest.FP32(1, 2, 3) }, codes.InvalidArgument, "input byte size mismatch for input 'INPUT0' for model 'add_sub'. Expected 16, got 12"},
 		{"contents and raw", func(r *pb.ModelInferRequest) {
 			r.Inputs[1].Contents = &pb.InferTensorContents{Fp32Contents: []float32{1, 2, 3, 4}}
 		}, codes.InvalidArgument, "contents field must not be specified when using raw_input_contents for 'INPUT1' for model 'add_sub'"},
@@ -314,7 +314,7 @@ func grpcBadRequests(t *testing.T, e grpcSuite) {
 				{Name: "DELAY", Datatype: "UINT32", Shape: []int64{1}},
 				{Name: "WAIT", Datatype: "UINT32", Shape: []int64{1}},
 			}
-			r.RawInputContents = [][]byte{le32i(1), le32i(0), le32i(0)}
+			r.RawInputContents = [][]byte{ipctest.INT32(1), ipctest.INT32(0), ipctest.INT32(0)}
 		}, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy"},
 		{"unknown model wins over bad input", func(r *pb.ModelInferRequest) {
 			r.ModelName = "nope"

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
 // httpInferJSONEveryDtype is the case "infer JSON every dtype" of TestHTTPEndpoints.
@@ -72,8 +74,8 @@ func httpInferBinaryEveryDtype(t *testing.T, e httpSuite) {
 // httpRequestedOutputsMixBinaryAndJSON is the case "requested outputs mix binary and JSON" of TestHTTPEndpoints.
 func httpRequestedOutputsMixBinaryAndJSON(t *testing.T, e httpSuite) {
 	s := e.s
-	in := le32f(1, 2, 3, 4)
-	one := le32f(1, 1, 1, 1)
+	in := ipctest.FP32(1, 2, 3, 4)
+	one := ipctest.FP32(1, 1, 1, 1)
 	hdr := map[string]any{
 		"inputs": []map[string]any{
 			{"name": "INPUT0", "shape": []int{4}, "datatype": "FP32", "parameters": map[string]any{"binary_data_size": 16}},
@@ -86,7 +88,7 @@ func httpRequestedOutputsMixBinaryAndJSON(t *testing.T, e httpSuite) {
 	if len(r.Outputs) != 1 || r.Outputs[0].Name != "OUTPUT1" {
 		t.Fatalf("outputs = %+v, want only OUTPUT1", r.Outputs)
 	}
-	if want := le32f(0, 1, 2, 3); !bytes.Equal(r.Blobs["OUTPUT1"], want) {
+	if want := ipctest.FP32(0, 1, 2, 3); !bytes.Equal(r.Blobs["OUTPUT1"], want) {
 		t.Errorf("OUTPUT1 = %x, want %x", r.Blobs["OUTPUT1"], want)
 	}
 	// Binary inputs, one JSON output and one binary output.
@@ -105,7 +107,7 @@ func httpRequestedOutputsMixBinaryAndJSON(t *testing.T, e httpSuite) {
 	b, _ := json.Marshal(req)
 	code, h, body = s.do("POST", "/v2/models/add_sub/infer", b)
 	r = httpDecodeInfer(t, code, h, body)
-	if want := le32f(5, 5, 5, 5); !bytes.Equal(r.Blobs["OUTPUT0"], want) {
+	if want := ipctest.FP32(5, 5, 5, 5); !bytes.Equal(r.Blobs["OUTPUT0"], want) {
 		t.Errorf("binary_data_output OUTPUT0 = %x, want %x", r.Blobs["OUTPUT0"], want)
 	}
 	if len(r.Blobs) != 2 {
@@ -116,7 +118,7 @@ func httpRequestedOutputsMixBinaryAndJSON(t *testing.T, e httpSuite) {
 // httpRawBinaryRequest is the case "raw binary request" of TestHTTPEndpoints.
 func httpRawBinaryRequest(t *testing.T, e httpSuite) {
 	s := e.s
-	in := le32f(1.5, -1, 8)
+	in := ipctest.FP32(1.5, -1, 8)
 	code, h, body := s.do("POST", "/v2/models/e2e_echo/infer", in,
 		"Inference-Header-Content-Length", "0", "Content-Type", "application/octet-stream")
 	r := httpDecodeInfer(t, code, h, body)

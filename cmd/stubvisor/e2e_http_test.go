@@ -60,7 +60,7 @@ var httpDtypeCases = []httpDtypeCase{
 	{"BF16", "", httpLE(uint16(0x3f80), uint16(0xc000), uint16(0x3f00)), 3},
 	{"FP32", `[1.5,-2.25,0]`, httpLE(float32(1.5), float32(-2.25), float32(0)), 3},
 	{"FP64", `[0.1,-1e+300,2.5]`, httpLE(0.1, -1e300, 2.5), 3},
-	{"BYTES", `["abc","","ünï"]`, bytesElems("abc", "", "ünï"), 3},
+	{"BYTES", `["abc","","ünï"]`, ipctest.BYTES("abc", "", "ünï"), 3},
 }
 
 // TestHTTPEndpoints drives every HTTP endpoint of one server whose

@@ -209,7 +209,7 @@ func TestResponseSenderNotDecoupled(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, raw := outputByName(t, resp, "OUT"); string(raw) != string(le32i(1)) {
+			if _, raw := outputByName(t, resp, "OUT"); string(raw) != string(ipctest.INT32(1)) {
 				t.Fatalf("gRPC OUT = %v", raw)
 			}
 		})

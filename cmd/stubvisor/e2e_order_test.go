@@ -27,7 +27,7 @@ func TestStreamBatchOrder(t *testing.T) {
 		for i := range n {
 			if err := st.Send(&pb.ModelInferRequest{ModelName: "batch_order", Id: strconv.Itoa(i),
 				Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "IDX", Datatype: "INT32", Shape: []int64{1, 1}}},
-				RawInputContents: [][]byte{le32i(int32(i))}}); err != nil {
+				RawInputContents: [][]byte{ipctest.INT32(int32(i))}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -106,7 +106,7 @@ func TestRequestRescheduling(t *testing.T) {
 		}{{"b", 2}, {"a", 3}} {
 			req := &pb.ModelInferRequest{ModelName: "iterative_count", Id: r.id,
 				Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "IN", Datatype: "INT32", Shape: []int64{1, 1}}},
-				RawInputContents: [][]byte{le32i(r.n)}}
+				RawInputContents: [][]byte{ipctest.INT32(r.n)}}
 			if err := st.Send(req); err != nil {
 				t.Fatal(err)
 			}

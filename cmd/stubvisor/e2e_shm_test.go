@@ -43,15 +43,7 @@ func newClientRegion(t *testing.T, name string, size int) *clientRegion {
 	}
 	t.Cleanup(func() { _ = unix.Unlink(path) })
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatal(err)
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Munmap(mem) })
-	return &clientRegion{key: "/" + file, mem: mem}
+	return &clientRegion{key: "/" + file, mem: ipctest.MapShared(t, fd, size)}
 }
 
 // shmParams are the tensor parameters naming a place in a region.
@@ -487,7 +479,7 @@ func TestSystemShmUnregisterInUse(t *testing.T) {
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "e2e_echo"), "--allow-client-shm=true")
 	r := newClientRegion(t, "inuse", 16)
-	copy(r.mem, le32f(1, 2, 3, 4))
+	copy(r.mem, ipctest.FP32(1, 2, 3, 4))
 	if code, body := s.postJSON("/v2/systemsharedmemory/region/inuse/register", map[string]any{"key": r.key, "offset": 0, "byte_size": 16}); code != 200 {
 		t.Fatalf("register: %d %s", code, body)
 	}

@@ -162,7 +162,7 @@ func TestTraceTritonFile(t *testing.T) {
 		if _, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "add_sub", Id: "traced-2",
 			Inputs: []*pb.ModelInferRequest_InferInputTensor{
 				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}}, {Name: "INPUT1", Datatype: "FP32", Shape: []int64{4}}},
-			RawInputContents: [][]byte{le32f(1, 2, 3, 4), le32f(1, 1, 1, 1)}}); err != nil {
+			RawInputContents: [][]byte{ipctest.FP32(1, 2, 3, 4), ipctest.FP32(1, 1, 1, 1)}}); err != nil {
 			t.Fatal(err)
 		}
 		// A BLS model's call made with trace=request.trace() is a trace of
@@ -447,7 +447,7 @@ func TestTraceOpenTelemetry(t *testing.T) {
 		if _, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "add_sub",
 			Inputs: []*pb.ModelInferRequest_InferInputTensor{
 				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}}, {Name: "INPUT1", Datatype: "FP32", Shape: []int64{4}}},
-			RawInputContents: [][]byte{le32f(1, 2, 3, 4), le32f(1, 1, 1, 1)}}); err != nil {
+			RawInputContents: [][]byte{ipctest.FP32(1, 2, 3, 4), ipctest.FP32(1, 1, 1, 1)}}); err != nil {
 			t.Fatal(err)
 		}
 		id, _ := hex.DecodeString(traceHex)

@@ -141,7 +141,7 @@ func TestTritonGRPCDuplicateOutputAndCompression(t *testing.T) {
 		r := &pb.ModelInferRequest{
 			ModelName:        "e2e_echo",
 			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{2}}},
-			RawInputContents: [][]byte{le32f(1.5, -2)},
+			RawInputContents: [][]byte{ipctest.FP32(1.5, -2)},
 		}
 		for _, o := range outputs {
 			r.Outputs = append(r.Outputs, &pb.ModelInferRequest_InferRequestedOutputTensor{Name: o})
@@ -156,7 +156,7 @@ func TestTritonGRPCDuplicateOutputAndCompression(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s-compressed request: %v", algo, err)
 			}
-			if _, data := outputByName(t, resp, "OUTPUT0"); !bytes.Equal(data, le32f(1.5, -2)) {
+			if _, data := outputByName(t, resp, "OUTPUT0"); !bytes.Equal(data, ipctest.FP32(1.5, -2)) {
 				t.Fatalf("OUTPUT0 = %x", data)
 			}
 		})
@@ -192,7 +192,7 @@ func TestTritonHeaderForwarding(t *testing.T) {
 	greq := &pb.ModelInferRequest{
 		ModelName:        "e2e_echo",
 		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
-		RawInputContents: [][]byte{le32f(1)},
+		RawInputContents: [][]byte{ipctest.FP32(1)},
 	}
 	md := metadata.Pairs("my_header_1", "lower", "grpc_header", "g", "MY_HEADER_2", "upper")
 	t.Run("grpc", func(t *testing.T) {

@@ -73,3 +73,32 @@ func FP32s(b []byte) []float32 {
 	}
 	return v
 }
+
+// INT32 returns the little-endian bytes of an INT32 tensor.
+func INT32(v ...int32) []byte {
+	b := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, uint32(x))
+	}
+	return b
+}
+
+// INT32s reads the little-endian bytes of an INT32 tensor.
+func INT32s(b []byte) []int32 {
+	v := make([]int32, len(b)/4)
+	for i := range v {
+		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v
+}
+
+// BYTES returns a BYTES tensor's bytes as Triton lays them out: each
+// element's length (4 bytes, little-endian), then the element.
+func BYTES(elems ...string) []byte {
+	var b []byte
+	for _, e := range elems {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(e)))
+		b = append(b, e...)
+	}
+	return b
+}
