@@ -11,6 +11,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
@@ -30,15 +31,7 @@ func newClientMem(t *testing.T, name string, size int) *clientMem {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
-		t.Fatal(err)
-	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Munmap(mem) })
-	return &clientMem{name: name, fd: fd, mem: mem}
+	return &clientMem{name: name, fd: fd, mem: ipctest.MapShared(t, fd, size)}
 }
 
 // shmPeer is a stub started with a lifeline.
@@ -90,7 +83,7 @@ func TestClientSharedMemory(t *testing.T) {
 	if !p.maps(c.name) {
 		t.Fatal("region not mapped after MapRegion")
 	}
-	copy(reg[100:], le32(1, 2, 3, 4))
+	copy(reg[100:], ipctest.INT32(1, 2, 3, 4))
 
 	t.Run("inputs and outputs in the region", func(t *testing.T) {
 		p.T = t
@@ -109,7 +102,7 @@ func TestClientSharedMemory(t *testing.T) {
 		}
 		for _, o := range resp.Outputs {
 			if o.Name == "OUT1" {
-				if o.Loc != ipc.LocArena1 || fmt.Sprint(p.int32s(o)) != "[1 2 3 4]" {
+				if o.Loc != ipc.LocArena1 || fmt.Sprint(ipctest.INT32s(p.Read(o))) != "[1 2 3 4]" {
 					t.Errorf("OUT1 (not in shared memory) = %+v", o)
 				}
 				continue
@@ -122,10 +115,10 @@ func TestClientSharedMemory(t *testing.T) {
 		if len(want) != 0 {
 			t.Errorf("missing outputs %v", want)
 		}
-		if got := string(reg[200:216]); got != string(le32(1, 2, 3, 4)) {
+		if got := string(reg[200:216]); got != string(ipctest.INT32(1, 2, 3, 4)) {
 			t.Errorf("OUT0 in the region = %x", got)
 		}
-		if got := reg[300:305]; string(got) != string(bytesElem("m")) {
+		if got := reg[300:305]; string(got) != string(ipctest.BYTES("m")) {
 			t.Errorf("MODEL in the region = %q", got)
 		}
 		if reg[216] != 0 || reg[305] != 0 {
@@ -230,13 +223,13 @@ func TestClientSharedMemoryZeroCopy(t *testing.T) {
 	p := startShmStub(t, "alias")
 	p.initialize(true)
 	p.mapRegion(c, 2, 0, 4096)
-	copy(c.mem[0:], le32(1, 2, 3))
+	copy(c.mem[0:], ipctest.INT32(1, 2, 3))
 	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 8, Inputs: []ipc.Tensor{clientIn("IN0", 2, 0, 3)},
 		OutputTargets: []ipc.OutputTarget{{Name: "OUT0", RegionID: 2, Offset: 1024, Size: 12}}}}})
 	if first, ok := p.Recv().(*ipc.ResponseMsg); !ok || first.Response.Flags != 0 || first.Response.Error != nil {
 		t.Fatalf("first response = %+v", first)
 	}
-	copy(c.mem[0:], le32(7, 8, 9)) // Execute is running and holds the input
+	copy(c.mem[0:], ipctest.INT32(7, 8, 9)) // Execute is running and holds the input
 	p.Send(&ipc.CancelMsg{Handle: 8})
 	var final *ipc.ResponseMsg
 	for final == nil {
@@ -253,7 +246,7 @@ func TestClientSharedMemoryZeroCopy(t *testing.T) {
 	if r.Flags != ipc.FlagFinal || r.Error != nil || len(r.Outputs) != 1 || r.Outputs[0].Loc != ipc.LocClient || r.Outputs[0].Offset != 1024 || r.Outputs[0].Size != 12 {
 		t.Fatalf("final response = %+v", r)
 	}
-	if got := c.mem[1024:1036]; string(got) != string(le32(7, 8, 9)) {
+	if got := c.mem[1024:1036]; string(got) != string(ipctest.INT32(7, 8, 9)) {
 		t.Fatalf("OUT0 in the region = %x, want the input as changed during Execute", got)
 	}
 	if _, stubUsage := p.Conn.Usage(); stubUsage.HighWater != 0 {

@@ -1,29 +1,15 @@
 package stub
 
-import (
-	"time"
-
-	"github.com/stubvisor/stubvisor/backendapi"
-	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
-)
-
 // aliasModel (decoupled) sends an empty response, waits until the request
 // is cancelled (bounded), then copies IN0 to OUT0 and ends the request: a
 // test can change the input in between and see whether the model read
 // the client's memory or a copy of it.
-type aliasModel struct{}
+type aliasModel struct{ noLifecycle }
 
-func (aliasModel) Initialize(map[string]string) error { return nil }
-func (aliasModel) Finalize() error                    { return nil }
 func (aliasModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
-		_ = r.Send(ModelResponse{}, false)
-		deadline := time.Now().Add(fakesup.WaitBound)
-		for !r.Cancelled() {
-			if time.Now().After(deadline) {
-				_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
-				return nil
-			}
+		if !holdUntilCancelled(r) {
+			return nil
 		}
 		in, _ := r.Input("IN0")
 		out, err := r.Output("OUT0", in.DataType, in.Shape)
@@ -38,10 +24,8 @@ func (aliasModel) Execute(reqs []*ModelRequest) []ModelResponse {
 }
 
 // sloppyModel ignores the error of Output and answers as if all went well.
-type sloppyModel struct{}
+type sloppyModel struct{ noLifecycle }
 
-func (sloppyModel) Initialize(map[string]string) error { return nil }
-func (sloppyModel) Finalize() error                    { return nil }
 func (sloppyModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		in, _ := r.Input("IN0")

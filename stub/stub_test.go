@@ -16,6 +16,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/ipc/ipctest/fakesup"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 )
@@ -79,17 +80,37 @@ func (m *echoModel) Execute(reqs []*ModelRequest) []ModelResponse {
 			copy(out, in.Data)
 		}
 		// One output from ordinary Go memory, copied by the stub.
-		resps[i].Outputs = []Tensor{{Name: "MODEL", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: bytesElem(m.args["model_name"])}}
+		resps[i].Outputs = []Tensor{{Name: "MODEL", DataType: backendapi.TypeBytes, Shape: []int64{1}, Data: ipctest.BYTES(m.args["model_name"])}}
 	}
 	return resps
 }
 
+// noLifecycle is the Initialize and Finalize of a test model that needs
+// neither.
+type noLifecycle struct{}
+
+func (noLifecycle) Initialize(map[string]string) error { return nil }
+func (noLifecycle) Finalize() error                    { return nil }
+
+// holdUntilCancelled sends r an empty response, then waits until r is
+// cancelled; past fakesup.WaitBound it ends r with an INTERNAL "never
+// cancelled" and reports false.
+func holdUntilCancelled(r *ModelRequest) bool {
+	_ = r.Send(ModelResponse{}, false)
+	deadline := time.Now().Add(fakesup.WaitBound)
+	for !r.Cancelled() {
+		if time.Now().After(deadline) {
+			_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
+			return false
+		}
+	}
+	return true
+}
+
 // repeatModel sends one response per IN element from a goroutine, then an
 // empty final one.
-type repeatModel struct{}
+type repeatModel struct{ noLifecycle }
 
-func (repeatModel) Initialize(map[string]string) error { return nil }
-func (repeatModel) Finalize() error                    { return nil }
 func (repeatModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		go func() {
@@ -111,19 +132,12 @@ func (repeatModel) Execute(reqs []*ModelRequest) []ModelResponse {
 
 // cancelModel sends one response, then waits until the request is
 // cancelled (bounded) and ends it with a CANCELLED error.
-type cancelModel struct{}
+type cancelModel struct{ noLifecycle }
 
-func (cancelModel) Initialize(map[string]string) error { return nil }
-func (cancelModel) Finalize() error                    { return nil }
 func (cancelModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
-		_ = r.Send(ModelResponse{}, false)
-		deadline := time.Now().Add(10 * time.Second)
-		for !r.Cancelled() {
-			if time.Now().After(deadline) {
-				_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Internal, "never cancelled")}, true)
-				return nil
-			}
+		if !holdUntilCancelled(r) {
+			return nil
 		}
 		_ = r.Send(ModelResponse{Err: backendapi.Errorf(backendapi.Cancelled, "request cancelled")}, true)
 	}
@@ -131,20 +145,13 @@ func (cancelModel) Execute(reqs []*ModelRequest) []ModelResponse {
 }
 
 // wrongSizeModel returns no responses at all, which fails the batch.
-type wrongSizeModel struct{}
+type wrongSizeModel struct{ noLifecycle }
 
-func (wrongSizeModel) Initialize(map[string]string) error { return nil }
-func (wrongSizeModel) Finalize() error                    { return nil }
 func (wrongSizeModel) Execute(reqs []*ModelRequest) []ModelResponse {
 	for _, r := range reqs {
 		_, _ = r.Output("OUT0", backendapi.TypeInt32, []int64{4}) // freed by the stub when the batch fails
 	}
 	return []ModelResponse{}
-}
-
-func bytesElem(s string) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(s)))
-	return append(b, s...)
 }
 
 // peer is the test's side of one helper stub: the shared fake supervisor
@@ -184,29 +191,10 @@ func (p *peer) initialize(decoupled bool) {
 // input writes int32 values into the supervisor's arena.
 func (p *peer) input(name string, vals ...int32) ipc.Tensor {
 	p.T.Helper()
-	return p.Tensor(name, backendapi.TypeInt32, []int64{int64(len(vals))}, le32(vals...))
-}
-
-func (p *peer) int32s(t ipc.Tensor) []int32 {
-	p.T.Helper()
-	b := p.Read(t)
-	out := make([]int32, len(b)/4)
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return out
-}
-
-func le32(vals ...int32) []byte {
-	var b []byte
-	for _, v := range vals {
-		b = binary.LittleEndian.AppendUint32(b, uint32(v))
-	}
-	return b
+	return p.Tensor(name, backendapi.TypeInt32, []int64{int64(len(vals))}, ipctest.INT32(vals...))
 }
 
 func TestExecute(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	if v := p.IsReady(); v != false {
 		t.Fatalf("IsReady before Initialize = %v, want false", v)
@@ -247,12 +235,12 @@ func TestExecute(t *testing.T) {
 				names = append(names, o.Name)
 				switch o.Name {
 				case "OUT0", "OUT1":
-					if got := p.int32s(o); fmt.Sprint(got) != fmt.Sprint([]int32{1, 2, 3, int32(i)}) || o.Loc != ipc.LocArena1 {
+					if got := ipctest.INT32s(p.Read(o)); fmt.Sprint(got) != fmt.Sprint([]int32{1, 2, 3, int32(i)}) || o.Loc != ipc.LocArena1 {
 						t.Errorf("%s = %v at loc %d", o.Name, got, o.Loc)
 					}
 				case "MODEL":
 					b, _ := p.Conn.View(o.Loc, o.Offset, o.Size)
-					if !bytes.Equal(b, bytesElem("m")) {
+					if !bytes.Equal(b, ipctest.BYTES("m")) {
 						t.Errorf("MODEL = %q", b)
 					}
 				}
@@ -329,7 +317,6 @@ func TestBatchErrors(t *testing.T) {
 }
 
 func TestInitializeError(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "initfail")
 	r := p.Call(func(id uint64) ipc.Message { return &ipc.InitializeMsg{ID: id, Options: map[string]any{}} })
 	if r.Error == nil || backendapi.Code(r.Error.Code) != backendapi.InvalidArg || r.Error.Message != "bad parameter 'X'" {
@@ -342,38 +329,23 @@ func TestInitializeError(t *testing.T) {
 }
 
 func TestDecoupled(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "repeat")
 	p.initialize(true)
 	in := p.input("IN", 10, 20, 30)
 	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 5, Inputs: []ipc.Tensor{in}}}})
+	resps := p.Stream()
 	var got []int32
-	var resps []ipc.Response
-	sawDone, sawFinal := false, false
-	for !sawDone || !sawFinal {
-		switch m := p.Recv().(type) {
-		case *ipc.ExecuteDoneMsg:
-			if m.Error != nil || len(m.Responses) != 0 {
-				t.Fatalf("decoupled ExecuteDone = %+v", m)
-			}
-			sawDone = true
-		case *ipc.ResponseMsg:
-			r := m.Response
-			if sawFinal || r.Handle != 5 || r.Error != nil {
-				t.Fatalf("response = %+v (after final: %v)", r, sawFinal)
-			}
-			if r.Flags&ipc.FlagFinal != 0 {
-				sawFinal = true
-				if len(r.Outputs) != 0 {
-					t.Fatalf("final response has outputs %+v", r.Outputs)
-				}
-				continue
-			}
-			got = append(got, p.int32s(r.Outputs[0])...)
-			resps = append(resps, r)
-		default:
-			t.Fatalf("unexpected %T", m)
+	for _, r := range resps {
+		if r.Handle != 5 || r.Error != nil {
+			t.Fatalf("response = %+v", r)
 		}
+		if r.Flags&ipc.FlagFinal != 0 {
+			if len(r.Outputs) != 0 {
+				t.Fatalf("final response has outputs %+v", r.Outputs)
+			}
+			continue
+		}
+		got = append(got, ipctest.INT32s(p.Read(r.Outputs[0]))...)
 	}
 	if fmt.Sprint(got) != "[10 20 30]" {
 		t.Fatalf("streamed %v, want [10 20 30]", got)
@@ -385,7 +357,6 @@ func TestDecoupled(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "cancel")
 	p.initialize(true)
 	p.Send(&ipc.ExecuteMsg{BatchID: 1, Requests: []ipc.Request{{Handle: 9}}})
@@ -406,7 +377,6 @@ func TestCancel(t *testing.T) {
 }
 
 func TestPanicCrashesStub(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	p.initialize(false)
 	in := p.input("IN0", -1, 0, 0, 0)
@@ -434,7 +404,6 @@ func TestPanicCrashesStub(t *testing.T) {
 }
 
 func TestExitsWhenSupervisorDies(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	p.initialize(false)
 	p.Conn.MarkDead() // the supervisor tearing the region down
@@ -444,7 +413,6 @@ func TestExitsWhenSupervisorDies(t *testing.T) {
 }
 
 func TestIgnoresSIGTERM(t *testing.T) {
-	shmtest.NoLeaks(t)
 	p := startStub(t, "echo")
 	p.initialize(false)
 	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {

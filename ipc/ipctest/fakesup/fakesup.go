@@ -209,6 +209,34 @@ func (s *Stub) Call(build func(id uint64) ipc.Message) *ipc.ResultMsg {
 	return r
 }
 
+// Stream collects the answer to a decoupled batch of one request: its
+// Responses up to and including the final one, in order, and the batch's
+// ExecuteDone, which must carry no error and no responses, in whichever
+// order the two come. Anything else fails the test.
+func (s *Stub) Stream() []ipc.Response {
+	s.T.Helper()
+	var rs []ipc.Response
+	final := func() bool { return len(rs) > 0 && rs[len(rs)-1].Flags&ipc.FlagFinal != 0 }
+	done := false
+	for !done || !final() {
+		switch m := s.Recv().(type) {
+		case *ipc.ExecuteDoneMsg:
+			if done || m.Error != nil || len(m.Responses) != 0 {
+				s.T.Fatalf("decoupled ExecuteDone = %+v", m)
+			}
+			done = true
+		case *ipc.ResponseMsg:
+			if final() {
+				s.T.Fatalf("response %+v after the final one", m.Response)
+			}
+			rs = append(rs, m.Response)
+		default:
+			s.T.Fatalf("unexpected %T %+v", m, m)
+		}
+	}
+	return rs
+}
+
 // IsReady asks the stub whether its model is ready. The round trip also
 // orders what the test reads next after every message sent before.
 func (s *Stub) IsReady() any {
