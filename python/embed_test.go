@@ -70,13 +70,7 @@ func TestExtractReuse(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(first, "marker")); tc.name == "existing tree is not rewritten" && err != nil {
 				t.Fatalf("tree was rewritten: %v", err)
 			}
-			entries, err := os.ReadDir(parent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(entries) != 1 {
-				t.Fatalf("parent holds %d entries, want only the extracted tree", len(entries))
-			}
+			onlyTree(t, parent)
 		})
 	}
 }
@@ -103,12 +97,19 @@ func TestExtractConcurrent(t *testing.T) {
 			t.Fatalf("Extract %d returned %s, Extract 0 %s", i, dirs[i], dirs[0])
 		}
 	}
+	onlyTree(t, parent)
+}
+
+// onlyTree fails the test unless parent holds one entry, the extracted
+// tree: no temporary leftovers.
+func onlyTree(t *testing.T, parent string) {
+	t.Helper()
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(entries) != 1 {
-		t.Fatalf("parent holds %d entries after concurrent Extracts, want 1 (no temporary leftovers)", len(entries))
+		t.Fatalf("parent holds %d entries, want only the extracted tree", len(entries))
 	}
 }
 

@@ -17,20 +17,9 @@ import (
 
 func TestStubAutoComplete(t *testing.T) {
 	s := startStub(t, "auto_complete")
-	dir, err := filepath.Abs(filepath.Join(modelsDir, "auto_complete"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := modelconfig.Read(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfgJSON, err := modelconfig.ToJSON(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, cfgJSON := modelConfig(t, "auto_complete", modelconfig.Read)
 	id := s.ID()
-	s.Send(&ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": filepath.Join(dir, "1", "model.py")}, ConfigJSON: string(cfgJSON)})
+	s.Send(&ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": filepath.Join(dir, "1", "model.py")}, ConfigJSON: cfgJSON})
 	res := s.Expect(ipc.KindResult).(*ipc.ResultMsg)
 	if res.Error != nil {
 		t.Fatalf("auto-complete failed: %s", res.Error.Message)

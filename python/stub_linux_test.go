@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
@@ -61,27 +63,36 @@ func startStub(t testing.TB, instance string) *stub {
 	return &stub{fakesup.Start(t, cmd, fakesup.Options{Name: "stubtest-" + instance}), instance}
 }
 
+// modelConfig returns the absolute directory of model in testdata/models
+// and its configuration as read (modelconfig.Read as written,
+// modelconfig.Load completed and checked) and printed as JSON for the stub.
+func modelConfig(t testing.TB, model string, read func(dir string) (*inferencepb.ModelConfig, error)) (dir, cfgJSON string) {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join(modelsDir, model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := modelconfig.ToJSON(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, string(b)
+}
+
 // initialize loads a model of testdata/models with its real configuration
 // (config.pbtxt as the supervisor would print it) and the seven args.
 func (s *stub) initialize(model string, decoupled bool) *ipc.ResultMsg {
 	s.T.Helper()
-	dir, err := filepath.Abs(filepath.Join(modelsDir, model))
-	if err != nil {
-		s.T.Fatal(err)
-	}
-	cfg, err := modelconfig.Load(dir)
-	if err != nil {
-		s.T.Fatal(err)
-	}
-	cfgJSON, err := modelconfig.ToJSON(cfg)
-	if err != nil {
-		s.T.Fatal(err)
-	}
+	dir, cfgJSON := modelConfig(s.T, model, func(dir string) (*inferencepb.ModelConfig, error) { return modelconfig.Load(dir) })
 	id := s.ID()
 	s.Send(&ipc.InitializeMsg{
 		ID: id,
 		Args: map[string]string{
-			"model_config":             string(cfgJSON),
+			"model_config":             cfgJSON,
 			"model_instance_kind":      "CPU",
 			"model_instance_name":      s.instance,
 			"model_instance_device_id": "0",
@@ -107,15 +118,6 @@ func (s *stub) mustInitialize(model string, decoupled bool) {
 	if res := s.initialize(model, decoupled); res.Error != nil {
 		s.T.Fatalf("initialize %s: %s", model, res.Error.Message)
 	}
-}
-
-func bytesTensor(items ...string) []byte {
-	var b []byte
-	for _, s := range items {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
-		b = append(b, s...)
-	}
-	return b
 }
 
 func outputs(r ipc.Response) map[string]ipc.Tensor {
@@ -186,7 +188,7 @@ func TestStubExecuteAddSub(t *testing.T) {
 				if o.Loc != ipc.LocInline || o.DataType != uint8(backendapi.TypeFP32) { // 16 bytes: in the message
 					t.Fatalf("%s = %+v", name, o)
 				}
-				if got := ipctest.FP32s(s.Read(o)); !equalF32(got, want) {
+				if got := ipctest.FP32s(s.Read(o)); !slices.Equal(got, want) {
 					t.Errorf("%s = %v, want %v", name, got, want)
 				}
 			}
@@ -198,18 +200,6 @@ func TestStubExecuteAddSub(t *testing.T) {
 	s.StubInUse(0)
 }
 
-func equalF32(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestStubBytesIdentity(t *testing.T) {
 	s := startStub(t, "identity_all_0_0")
 	s.mustInitialize("identity_all", false)
@@ -217,7 +207,7 @@ func TestStubBytesIdentity(t *testing.T) {
 	s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{
 		Handle: 5, CorrelationID: "sequence-7",
 		Inputs: []ipc.Tensor{
-			s.Tensor("INPUT_STRING", backendapi.TypeBytes, []int64{4}, bytesTensor(items...)),
+			s.Tensor("INPUT_STRING", backendapi.TypeBytes, []int64{4}, ipctest.BYTES(items...)),
 			s.Tensor("INPUT_BOOL", backendapi.TypeBool, []int64{2}, []byte{1, 0}),
 		},
 	}}})
@@ -230,7 +220,7 @@ func TestStubBytesIdentity(t *testing.T) {
 	if str.DataType != uint8(backendapi.TypeBytes) || len(str.Shape) != 1 || str.Shape[0] != 4 {
 		t.Fatalf("OUTPUT_STRING = %+v", str)
 	}
-	if got, want := s.Read(str), bytesTensor(items...); !bytes.Equal(got, want) {
+	if got, want := s.Read(str), ipctest.BYTES(items...); !bytes.Equal(got, want) {
 		t.Errorf("OUTPUT_STRING bytes = %q, want %q", got, want)
 	}
 	if got := s.Read(outs["OUTPUT_BOOL"]); !bytes.Equal(got, []byte{1, 0}) {
@@ -242,33 +232,15 @@ func TestStubDecoupledRepeat(t *testing.T) {
 	s := startStub(t, "repeat_decoupled_0_0")
 	s.mustInitialize("repeat_decoupled", true)
 	in := []int32{10, 20, 30}
-	inBytes := make([]byte, 0, 12)
-	for _, v := range in {
-		inBytes = binary.LittleEndian.AppendUint32(inBytes, uint32(v))
-	}
 	s.Send(&ipc.ExecuteMsg{BatchID: s.ID(), Requests: []ipc.Request{{
 		Handle: 9, CorrelationID: uint64(0),
 		Inputs: []ipc.Tensor{
-			s.Tensor("IN", backendapi.TypeInt32, []int64{3}, inBytes),
+			s.Tensor("IN", backendapi.TypeInt32, []int64{3}, ipctest.INT32(in...)),
 			s.Tensor("DELAY", backendapi.TypeUint32, []int64{3}, make([]byte, 12)),
 			s.Tensor("WAIT", backendapi.TypeUint32, []int64{1}, make([]byte, 4)),
 		},
 	}}})
-	var responses []ipc.Response
-	gotDone := false
-	for !gotDone || len(responses) == 0 || responses[len(responses)-1].Flags&ipc.FlagFinal == 0 {
-		switch m := s.Recv().(type) {
-		case *ipc.ExecuteDoneMsg:
-			if m.Error != nil || len(m.Responses) != 0 {
-				t.Fatalf("decoupled execute done = %+v", m)
-			}
-			gotDone = true
-		case *ipc.ResponseMsg:
-			responses = append(responses, m.Response)
-		default:
-			t.Fatalf("unexpected %T", m)
-		}
-	}
+	responses := s.Stream()
 	if len(responses) != len(in)+1 {
 		t.Fatalf("got %d responses, want %d plus the final flag", len(responses), len(in))
 	}
