@@ -213,15 +213,23 @@ func reap(t *testing.T, pid int) {
 	}
 }
 
+// sleepingRecv starts a Recv on c with no deadline and returns its error
+// once c's reader is asleep on the futex.
+func sleepingRecv(t *testing.T, c *Conn) <-chan error {
+	t.Helper()
+	recvErr := make(chan error, 1)
+	go func() {
+		_, err := c.Recv(time.Time{})
+		recvErr <- err
+	}()
+	waitFlag(t, c.in.readerSleeping, "recv to sleep")
+	return recvErr
+}
+
 func TestCloseUnblocksAndIsFinal(t *testing.T) {
 	noLeaks(t)
 	sup, _ := pair(t, DefaultSettings())
-	recvErr := make(chan error, 1)
-	go func() {
-		_, err := sup.Recv(time.Time{})
-		recvErr <- err
-	}()
-	waitFlag(t, sup.in.readerSleeping, "recv to sleep")
+	recvErr := sleepingRecv(t, sup)
 	if err := sup.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,12 +255,7 @@ func TestCloseUnblocksAndIsFinal(t *testing.T) {
 func TestSupervisorCloseWakesStub(t *testing.T) {
 	noLeaks(t)
 	sup, stub := pair(t, DefaultSettings())
-	recvErr := make(chan error, 1)
-	go func() {
-		_, err := stub.Recv(time.Time{})
-		recvErr <- err
-	}()
-	waitFlag(t, stub.in.readerSleeping, "the stub's recv to sleep")
+	recvErr := sleepingRecv(t, stub)
 	sup.Close()
 	if err := <-recvErr; !errors.Is(err, ErrPeerDead) {
 		t.Fatalf("stub recv got %v, want ErrPeerDead", err)

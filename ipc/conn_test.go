@@ -63,6 +63,23 @@ func sampleMessages() []Message {
 	}
 }
 
+// eachPeer runs body in a subtest per peer language, each against a fresh
+// region (DefaultSettings changed by tune, when not nil) and a peer
+// playing role, checking that nothing leaks.
+func eachPeer(t *testing.T, tune func(*Settings), role string, body func(t *testing.T, c *Conn, p *peer)) {
+	for _, lang := range langs {
+		t.Run(lang, func(t *testing.T) {
+			noLeaks(t)
+			s := DefaultSettings()
+			if tune != nil {
+				tune(&s)
+			}
+			c := testConn(t, s)
+			body(t, c, startPeer(t, c, lang, role))
+		})
+	}
+}
+
 // normalized is m after one encode/decode: what any correct peer echoes.
 func normalized(t *testing.T, m Message) Message {
 	t.Helper()
@@ -78,29 +95,24 @@ func normalized(t *testing.T, m Message) Message {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			c := testConn(t, DefaultSettings())
-			p := startPeer(t, c, lang, "echo")
-			for _, m := range sampleMessages() {
-				if m.Kind() == KindFinalize {
-					continue // ends the echo; finish sends it
-				}
-				if err := c.Send(m); err != nil {
-					t.Fatalf("send %T: %v", m, err)
-				}
-				got, err := c.Recv(time.Now().Add(peerTimeout))
-				if err != nil {
-					t.Fatalf("recv echo of %T: %v", m, err)
-				}
-				if want := normalized(t, m); !reflect.DeepEqual(got, want) {
-					t.Errorf("echo of %T:\n got %#v\nwant %#v", m, got, want)
-				}
+	eachPeer(t, nil, "echo", func(t *testing.T, c *Conn, p *peer) {
+		for _, m := range sampleMessages() {
+			if m.Kind() == KindFinalize {
+				continue // ends the echo; finish sends it
 			}
-			p.finish(t, c)
-		})
-	}
+			if err := c.Send(m); err != nil {
+				t.Fatalf("send %T: %v", m, err)
+			}
+			got, err := c.Recv(time.Now().Add(peerTimeout))
+			if err != nil {
+				t.Fatalf("recv echo of %T: %v", m, err)
+			}
+			if want := normalized(t, m); !reflect.DeepEqual(got, want) {
+				t.Errorf("echo of %T:\n got %#v\nwant %#v", m, got, want)
+			}
+		}
+		p.finish(t, c)
+	})
 }
 
 // logOfSize returns a Log message whose encoding is exactly n bytes.
@@ -123,82 +135,69 @@ func logOfSize(t *testing.T, n int, line int64) *LogMsg {
 }
 
 func TestRingWrapAround(t *testing.T) {
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			s := DefaultSettings()
-			s.RingBytes = MinRingBytes
-			c := testConn(t, s)
-			p := startPeer(t, c, lang, "echo")
-			// Sizes walk through every frame alignment and up to the
-			// largest frame, so wrap markers land at every offset and
-			// frames end exactly at the ring's end.
-			sent := 0
-			for i := 0; i < 600; i++ {
-				size := 24 + (i*61)%(c.MaxFrame()-24+1)
-				if i%50 == 49 {
-					size = c.MaxFrame()
-				}
-				m := logOfSize(t, size, int64(i))
-				if err := c.Send(m); err != nil {
-					t.Fatalf("send %d bytes: %v", size, err)
-				}
-				sent += int(frameBytes(size))
-				got := recvKind[*LogMsg](t, c)
-				if !reflect.DeepEqual(got, m) {
-					t.Fatalf("frame %d of %d bytes came back as line %d with %d-byte text", i, size, got.Line, len(got.Message))
-				}
+	eachPeer(t, func(s *Settings) { s.RingBytes = MinRingBytes }, "echo", func(t *testing.T, c *Conn, p *peer) {
+		// Sizes walk through every frame alignment and up to the
+		// largest frame, so wrap markers land at every offset and
+		// frames end exactly at the ring's end.
+		sent := 0
+		for i := 0; i < 600; i++ {
+			size := 24 + (i*61)%(c.MaxFrame()-24+1)
+			if i%50 == 49 {
+				size = c.MaxFrame()
 			}
-			if tail := atomic.LoadUint64(c.out.tail); tail < 50*uint64(s.RingBytes) {
-				t.Fatalf("ring 0 tail %d: the test did not wrap the ring often", tail)
+			m := logOfSize(t, size, int64(i))
+			if err := c.Send(m); err != nil {
+				t.Fatalf("send %d bytes: %v", size, err)
 			}
-			p.finish(t, c)
-		})
-	}
+			sent += int(frameBytes(size))
+			got := recvKind[*LogMsg](t, c)
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("frame %d of %d bytes came back as line %d with %d-byte text", i, size, got.Line, len(got.Message))
+			}
+		}
+		if tail := atomic.LoadUint64(c.out.tail); tail < 50*uint64(c.Settings().RingBytes) {
+			t.Fatalf("ring 0 tail %d: the test did not wrap the ring often", tail)
+		}
+		p.finish(t, c)
+	})
 }
 
 // TestConcurrentSenders has several goroutines share one Conn's Send: every
 // message must arrive whole, and each sender's messages in its order.
 func TestConcurrentSenders(t *testing.T) {
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			s := DefaultSettings()
-			s.RingBytes = 16 << 10 // small, so senders also meet a full ring
-			c := testConn(t, s)
-			p := startPeer(t, c, lang, "echo")
-			const senders, each = 4, 500
-			errs := make(chan error, senders)
-			for g := range senders {
-				go func() {
-					for i := range each {
-						m := &LogMsg{Level: "info", Message: strings.Repeat("s", 50+g*40), File: fmt.Sprint(g), Line: int64(i)}
-						if err := c.Send(m); err != nil {
-							errs <- err
-							return
-						}
+	// A small ring, so senders also meet a full ring.
+	eachPeer(t, func(s *Settings) { s.RingBytes = 16 << 10 }, "echo", func(t *testing.T, c *Conn, p *peer) {
+		const senders, each = 4, 500
+		errs := make(chan error, senders)
+		for g := range senders {
+			go func() {
+				for i := range each {
+					m := &LogMsg{Level: "info", Message: strings.Repeat("s", 50+g*40), File: fmt.Sprint(g), Line: int64(i)}
+					if err := c.Send(m); err != nil {
+						errs <- err
+						return
 					}
-					errs <- nil
-				}()
-			}
-			next := make([]int64, senders)
-			for range senders * each {
-				m := recvKind[*LogMsg](t, c)
-				var g int
-				fmt.Sscan(m.File, &g)
-				if g < 0 || g >= senders || m.Line != next[g] || len(m.Message) != 50+g*40 {
-					t.Fatalf("sender %d: got line %d with %d bytes, want line %d", g, m.Line, len(m.Message), next[g])
 				}
-				next[g]++
+				errs <- nil
+			}()
+		}
+		next := make([]int64, senders)
+		for range senders * each {
+			m := recvKind[*LogMsg](t, c)
+			var g int
+			fmt.Sscan(m.File, &g)
+			if g < 0 || g >= senders || m.Line != next[g] || len(m.Message) != 50+g*40 {
+				t.Fatalf("sender %d: got line %d with %d bytes, want line %d", g, m.Line, len(m.Message), next[g])
 			}
-			for range senders {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
+			next[g]++
+		}
+		for range senders {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
 			}
-			p.finish(t, c)
-		})
-	}
+		}
+		p.finish(t, c)
+	})
 }
 
 func TestFrameTooLarge(t *testing.T) {
@@ -214,48 +213,41 @@ func TestFrameTooLarge(t *testing.T) {
 }
 
 func TestBackPressure(t *testing.T) {
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			s := DefaultSettings()
-			s.RingBytes = MinRingBytes
-			c := testConn(t, s)
-			p := startPeer(t, c, lang, "echo")
-			// 300 frames of 256 bytes are ~19 rings' worth: with nobody
-			// receiving the echoes, the peer blocks on ring 1 and then
-			// this sender must block on ring 0 rather than overwrite.
-			const n = 300
-			sendErr := make(chan error, 1)
-			go func() {
-				for i := range n {
-					if err := c.Send(logOfSize(t, 256, int64(i))); err != nil {
-						sendErr <- err
-						return
-					}
-				}
-				sendErr <- nil
-			}()
-			waitFlag(t, c.out.writerSleeping, "the sender to block on a full ring")
-			out, in := c.Depths()
-			if out > int(s.RingBytes) || in > int(s.RingBytes) {
-				t.Fatalf("depths %d/%d exceed the ring size %d", out, in, s.RingBytes)
-			}
-			select {
-			case err := <-sendErr:
-				t.Fatalf("sender finished while both rings were full: %v", err)
-			default:
-			}
+	eachPeer(t, func(s *Settings) { s.RingBytes = MinRingBytes }, "echo", func(t *testing.T, c *Conn, p *peer) {
+		// 300 frames of 256 bytes are ~19 rings' worth: with nobody
+		// receiving the echoes, the peer blocks on ring 1 and then
+		// this sender must block on ring 0 rather than overwrite.
+		const n = 300
+		sendErr := make(chan error, 1)
+		go func() {
 			for i := range n {
-				if got := recvKind[*LogMsg](t, c); got.Line != int64(i) {
-					t.Fatalf("echo %d has line %d", i, got.Line)
+				if err := c.Send(logOfSize(t, 256, int64(i))); err != nil {
+					sendErr <- err
+					return
 				}
 			}
-			if err := <-sendErr; err != nil {
-				t.Fatal(err)
+			sendErr <- nil
+		}()
+		waitFlag(t, c.out.writerSleeping, "the sender to block on a full ring")
+		out, in := c.Depths()
+		if out > int(MinRingBytes) || in > int(MinRingBytes) {
+			t.Fatalf("depths %d/%d exceed the ring size %d", out, in, MinRingBytes)
+		}
+		select {
+		case err := <-sendErr:
+			t.Fatalf("sender finished while both rings were full: %v", err)
+		default:
+		}
+		for i := range n {
+			if got := recvKind[*LogMsg](t, c); got.Line != int64(i) {
+				t.Fatalf("echo %d has line %d", i, got.Line)
 			}
-			p.finish(t, c)
-		})
-	}
+		}
+		if err := <-sendErr; err != nil {
+			t.Fatal(err)
+		}
+		p.finish(t, c)
+	})
 }
 
 // waitFlag polls a shared word until it is set. The other side sets it on
@@ -325,98 +317,86 @@ func peerInUse(t *testing.T, c *Conn) int64 {
 
 func TestLargePayload(t *testing.T) {
 	const size = 64 << 20
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			s := DefaultSettings()
-			s.Pool.MaxBytes = 256 << 20
-			c := testConn(t, s)
-			p := startPeer(t, c, lang, "serve")
+	eachPeer(t, func(s *Settings) { s.Pool.MaxBytes = 256 << 20 }, "serve", func(t *testing.T, c *Conn, p *peer) {
+		data := make([]byte, size)
+		fillPattern(data, 0x5a)
+		resp, inOff := execute(t, c, 1, data)
+		out := resp.Outputs[0]
+		got, err := c.View(out.Loc, out.Offset, out.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatal("the 64 MiB output differs from the input")
+		}
+		own, peerUsage := c.Usage()
+		if own.HighWater < size || peerUsage.HighWater < size || peerUsage.Committed < size {
+			t.Fatalf("usage own %+v peer %+v: a 64 MiB block is not accounted", own, peerUsage)
+		}
+		if err := c.Send(&ReleaseMsg{Offsets: []uint64{out.Offset}}); err != nil {
+			t.Fatal(err)
+		}
+		if n := peerInUse(t, c); n != 0 {
+			t.Fatalf("peer holds %d bytes after Release", n)
+		}
+		if err := c.Free(inOff); err != nil {
+			t.Fatal(err)
+		}
+		if own, _ := c.Usage(); own.InUse != 0 {
+			t.Fatalf("own arena holds %d bytes after Free", own.InUse)
+		}
+		p.finish(t, c)
+	})
+}
+
+func TestGrowthWhilePeerHoldsViews(t *testing.T) {
+	eachPeer(t, func(s *Settings) {
+		s.Pool = shmpool.Settings{DefaultBytes: 64 << 10, GrowthBytes: 64 << 10, MaxBytes: 64 << 20}
+	}, "serve", func(t *testing.T, c *Conn, p *peer) {
+		// The first exchange leaves each side holding a view of the
+		// other's arena: the peer keeps its view of this input (and
+		// checks it on every later execute), this side keeps the
+		// view of the peer's output.
+		first := make([]byte, 1000)
+		fillPattern(first, 1)
+		r1, _ := execute(t, c, 1, first)
+		held, err := c.View(r1.Outputs[0].Loc, r1.Outputs[0].Offset, r1.Outputs[0].Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, peer0 := c.Usage()
+		own0, _ := c.Usage()
+		for i, size := range []int{100 << 10, 300 << 10, 1 << 20, 5 << 20, 17 << 20} {
 			data := make([]byte, size)
-			fillPattern(data, 0x5a)
-			resp, inOff := execute(t, c, 1, data)
-			out := resp.Outputs[0]
+			fillPattern(data, byte(i+2))
+			r, inOff := execute(t, c, uint64(i+2), data)
+			out := r.Outputs[0]
 			got, err := c.View(out.Loc, out.Offset, out.Size)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("view of a block past the old committed size: %v", err)
 			}
 			if !bytes.Equal(got, data) {
-				t.Fatal("the 64 MiB output differs from the input")
+				t.Fatalf("output %d differs", i)
 			}
-			own, peerUsage := c.Usage()
-			if own.HighWater < size || peerUsage.HighWater < size || peerUsage.Committed < size {
-				t.Fatalf("usage own %+v peer %+v: a 64 MiB block is not accounted", own, peerUsage)
+			if !bytes.Equal(held, first) {
+				t.Fatalf("held view of the peer's arena changed after growth %d", i)
 			}
 			if err := c.Send(&ReleaseMsg{Offsets: []uint64{out.Offset}}); err != nil {
 				t.Fatal(err)
 			}
-			if n := peerInUse(t, c); n != 0 {
-				t.Fatalf("peer holds %d bytes after Release", n)
-			}
 			if err := c.Free(inOff); err != nil {
 				t.Fatal(err)
 			}
-			if own, _ := c.Usage(); own.InUse != 0 {
-				t.Fatalf("own arena holds %d bytes after Free", own.InUse)
-			}
-			p.finish(t, c)
-		})
-	}
-}
-
-func TestGrowthWhilePeerHoldsViews(t *testing.T) {
-	for _, lang := range langs {
-		t.Run(lang, func(t *testing.T) {
-			noLeaks(t)
-			s := DefaultSettings()
-			s.Pool = shmpool.Settings{DefaultBytes: 64 << 10, GrowthBytes: 64 << 10, MaxBytes: 64 << 20}
-			c := testConn(t, s)
-			p := startPeer(t, c, lang, "serve")
-			// The first exchange leaves each side holding a view of the
-			// other's arena: the peer keeps its view of this input (and
-			// checks it on every later execute), this side keeps the
-			// view of the peer's output.
-			first := make([]byte, 1000)
-			fillPattern(first, 1)
-			r1, _ := execute(t, c, 1, first)
-			held, err := c.View(r1.Outputs[0].Loc, r1.Outputs[0].Offset, r1.Outputs[0].Size)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, peer0 := c.Usage()
-			own0, _ := c.Usage()
-			for i, size := range []int{100 << 10, 300 << 10, 1 << 20, 5 << 20, 17 << 20} {
-				data := make([]byte, size)
-				fillPattern(data, byte(i+2))
-				r, inOff := execute(t, c, uint64(i+2), data)
-				out := r.Outputs[0]
-				got, err := c.View(out.Loc, out.Offset, out.Size)
-				if err != nil {
-					t.Fatalf("view of a block past the old committed size: %v", err)
-				}
-				if !bytes.Equal(got, data) {
-					t.Fatalf("output %d differs", i)
-				}
-				if !bytes.Equal(held, first) {
-					t.Fatalf("held view of the peer's arena changed after growth %d", i)
-				}
-				if err := c.Send(&ReleaseMsg{Offsets: []uint64{out.Offset}}); err != nil {
-					t.Fatal(err)
-				}
-				if err := c.Free(inOff); err != nil {
-					t.Fatal(err)
-				}
-			}
-			own1, peer1 := c.Usage()
-			if own1.Committed < 17<<20 || own1.Committed <= own0.Committed || peer1.Committed < 17<<20 || peer1.Committed <= peer0.Committed {
-				t.Fatalf("arenas did not grow: own %+v -> %+v, peer %+v -> %+v", own0, own1, peer0, peer1)
-			}
-			if n := peerInUse(t, c); n != int64(shmpool.BlockAlign*((1000+63)/64)) {
-				t.Fatalf("peer holds %d bytes; want only the first output", n)
-			}
-			p.finish(t, c)
-		})
-	}
+		}
+		own1, peer1 := c.Usage()
+		if own1.Committed < 17<<20 || own1.Committed <= own0.Committed || peer1.Committed < 17<<20 || peer1.Committed <= peer0.Committed {
+			t.Fatalf("arenas did not grow: own %+v -> %+v, peer %+v -> %+v", own0, own1, peer0, peer1)
+		}
+		if n := peerInUse(t, c); n != int64(shmpool.BlockAlign*((1000+63)/64)) {
+			t.Fatalf("peer holds %d bytes; want only the first output", n)
+		}
+		p.finish(t, c)
+	})
 }
 
 // pair makes a supervisor Conn and a stub Conn on the same region in this

@@ -109,15 +109,7 @@ print(json.dumps(plain(msg)))`
 // equals m.
 func checkRoundTrip(t *testing.T, m Message) {
 	t.Helper()
-	b, err := NewEncoder().Encode(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, m) {
+	if got := normalized(t, m); !reflect.DeepEqual(got, m) {
 		t.Fatalf("decoded\n%#v\nwant\n%#v", got, m)
 	}
 }

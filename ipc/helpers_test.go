@@ -216,23 +216,9 @@ func monotonicNow() int64 {
 	return ts.Nano()
 }
 
-// repoRoot walks up from the working directory to go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
+// repoRoot is the repository's root: go test runs a package's tests (and
+// the peers they start inherit it) in the package's directory, one below.
+func repoRoot() (string, error) { return filepath.Abs("..") }
 
 // peerCommand returns the command for a stub peer in lang ("go" re-runs
 // this test binary, "python" runs testdata/peer.py) playing role. The

@@ -11,14 +11,11 @@
 package fakesup
 
 import (
-	"encoding/binary"
 	"errors"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
@@ -128,32 +125,6 @@ func Start(t testing.TB, cmd *exec.Cmd, o Options) *Stub {
 		t.Fatalf("stub pid in control block = %d, want %d", got, cmd.Process.Pid)
 	}
 	return s
-}
-
-// lifeline makes the socket pair of the lifeline and returns the stub's
-// end, which the caller closes once the stub has it.
-func (s *Stub) lifeline(t testing.TB) *os.File {
-	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.life = fds[0]
-	t.Cleanup(func() { unix.Close(fds[0]) })
-	return os.NewFile(uintptr(fds[1]), "lifeline-stub")
-}
-
-// SendFD sends fd on the lifeline with payload id, as the supervisor does
-// before a MapRegion.
-func (s *Stub) SendFD(fd int, id uint64) {
-	s.T.Helper()
-	if s.life < 0 {
-		s.T.Fatal("SendFD: the stub was started without a lifeline")
-	}
-	payload := binary.LittleEndian.AppendUint64(nil, id)
-	if err := unix.Sendmsg(s.life, payload, unix.UnixRights(fd), nil, 0); err != nil {
-		s.T.Fatal(err)
-	}
 }
 
 // ID returns a fresh message id.
