@@ -45,13 +45,8 @@ type genEvent struct {
 
 // handleGenerate serves generate (streaming false) and generate_stream.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, versionStr string, streaming bool) {
-	if r.Method != http.MethodPost {
-		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
-		return
-	}
-	version, err := parseModelVersion(versionStr)
-	if err != nil {
-		writeError(w, err)
+	version, ok := admitVersion(w, r, http.MethodPost, versionStr)
+	if !ok {
 		return
 	}
 	md, err := s.backend.ModelMetadata(r.Context(), model, version)

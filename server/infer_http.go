@@ -25,13 +25,8 @@ const hdrInferHeaderLength = "Inference-Header-Content-Length"
 // to Backend.Infer aliases pooled buffers (the body, decoded tensors): the
 // backend must not keep it, or any slice in it, after Infer returns.
 func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, versionStr string) {
-	if r.Method != http.MethodPost {
-		writeErrorStatus(w, http.StatusMethodNotAllowed, msgMethodNotAllowed)
-		return
-	}
-	version, err := parseModelVersion(versionStr)
-	if err != nil {
-		writeError(w, err)
+	version, ok := admitVersion(w, r, http.MethodPost, versionStr)
+	if !ok {
 		return
 	}
 	ctx := r.Context()

@@ -52,10 +52,11 @@ func newModelMetadataJSON(md *backendapi.ModelMetadata) any {
 	}
 }
 
-// getVersion admits a GET of a model endpoint and parses its version
-// ("" is 0: the policy's choice); on failure it has answered already.
-func getVersion(w http.ResponseWriter, r *http.Request, version string) (int64, bool) {
-	if !allow(w, r, http.MethodGet) {
+// admitVersion admits a request to a model endpoint that takes method and
+// parses its version ("" is 0: the policy's choice); on failure it has
+// answered already.
+func admitVersion(w http.ResponseWriter, r *http.Request, method, version string) (int64, bool) {
+	if !allow(w, r, method) {
 		return 0, false
 	}
 	v, err := parseModelVersion(version)
@@ -67,7 +68,7 @@ func getVersion(w http.ResponseWriter, r *http.Request, version string) (int64, 
 }
 
 func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, model, version string) {
-	v, ok := getVersion(w, r, version)
+	v, ok := admitVersion(w, r, http.MethodGet, version)
 	if !ok {
 		return
 	}
@@ -82,7 +83,7 @@ func (s *Server) handleModelMetadata(w http.ResponseWriter, r *http.Request, mod
 // handleModelReady answers 200 with an empty body for a ready model, and
 // Triton's 400 "Model version not ready" otherwise.
 func (s *Server) handleModelReady(w http.ResponseWriter, r *http.Request, model, version string) {
-	v, ok := getVersion(w, r, version)
+	v, ok := admitVersion(w, r, http.MethodGet, version)
 	if !ok {
 		return
 	}
@@ -94,7 +95,7 @@ func (s *Server) handleModelReady(w http.ResponseWriter, r *http.Request, model,
 }
 
 func (s *Server) handleModelConfig(w http.ResponseWriter, r *http.Request, model, version string) {
-	v, ok := getVersion(w, r, version)
+	v, ok := admitVersion(w, r, http.MethodGet, version)
 	if !ok {
 		return
 	}
@@ -112,7 +113,7 @@ func (s *Server) handleModelConfig(w http.ResponseWriter, r *http.Request, model
 }
 
 func (s *Server) handleStats(w http.ResponseWriter, r *http.Request, model, version string) {
-	v, ok := getVersion(w, r, version)
+	v, ok := admitVersion(w, r, http.MethodGet, version)
 	if !ok {
 		return
 	}

@@ -44,7 +44,7 @@ func stubsJSON(models []backendapi.ModelStubs) any {
 
 // handleStubs serves GET /v2/stubs and /v2/models/{m}[/versions/{v}]/stubs.
 func (s *Server) handleStubs(w http.ResponseWriter, r *http.Request, model, version string) {
-	if _, ok := getVersion(w, r, version); !ok {
+	if _, ok := admitVersion(w, r, http.MethodGet, version); !ok {
 		return
 	}
 	models, err := s.backend.Stubs(r.Context(), model)
