@@ -323,6 +323,15 @@ type jsonNumber struct {
 	neg   bool
 }
 
+// skipDigits returns the index of the first byte at or after i in b that is
+// not a decimal digit.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
 // readNumber reads the number at the position with JSON's grammar.
 func (s *jsonScanner) readNumber() (jsonNumber, error) {
 	b := s.buf
@@ -336,21 +345,15 @@ func (s *jsonScanner) readNumber() (jsonNumber, error) {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i+1)
 	default:
 		s.pos = i
 		return n, s.syntaxError(errValueInvalid)
 	}
 	if i < len(b) && b[i] == '.' {
 		n.isInt = false
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = skipDigits(b, d); i == d {
 			s.pos = i
 			return n, s.syntaxError(errNumMissFrac)
 		}
@@ -362,10 +365,7 @@ func (s *jsonScanner) readNumber() (jsonNumber, error) {
 			i++
 		}
 		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = skipDigits(b, d); i == d {
 			s.pos = i
 			return n, s.syntaxError(errNumMissExp)
 		}
