@@ -35,13 +35,7 @@ func validateEnsemble(cfg *inferencepb.ModelConfig) error {
 	if len(cfg.GetModelWarmup()) != 0 {
 		return invalidf("model_warmup can not be specified for ensemble '%s'", name)
 	}
-	if cfg.GetMaxBatchSize() < 0 {
-		return invalidf("'max_batch_size' must be non-negative value for %s", name)
-	}
-	if err := validateVersionPolicy(cfg); err != nil {
-		return err
-	}
-	if err := validateIO(cfg); err != nil {
+	if err := validateBatchAndIO(cfg); err != nil {
 		return err
 	}
 	steps := cfg.GetEnsembleScheduling().GetStep()

@@ -48,13 +48,7 @@ func Validate(cfg *inferencepb.ModelConfig) error {
 	if cfg.GetDefaultModelFilename() == "" {
 		return invalidf("must specify 'default_model_filename' for %s", name)
 	}
-	if cfg.GetMaxBatchSize() < 0 {
-		return invalidf("'max_batch_size' must be non-negative value for %s", name)
-	}
-	if err := validateVersionPolicy(cfg); err != nil {
-		return err
-	}
-	if err := validateIO(cfg); err != nil {
+	if err := validateBatchAndIO(cfg); err != nil {
 		return err
 	}
 	if err := validateDynamicBatching(cfg); err != nil {
@@ -76,6 +70,18 @@ func Validate(cfg *inferencepb.ModelConfig) error {
 		return err
 	}
 	return validateParameters(cfg)
+}
+
+// validateBatchAndIO checks what an ensemble and a model it runs must both
+// satisfy: the batch size, the version policy, the inputs and outputs.
+func validateBatchAndIO(cfg *inferencepb.ModelConfig) error {
+	if cfg.GetMaxBatchSize() < 0 {
+		return invalidf("'max_batch_size' must be non-negative value for %s", cfg.GetName())
+	}
+	if err := validateVersionPolicy(cfg); err != nil {
+		return err
+	}
+	return validateIO(cfg)
 }
 
 func validateVersionPolicy(cfg *inferencepb.ModelConfig) error {
