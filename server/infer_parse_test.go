@@ -297,14 +297,8 @@ func TestBuildRawRequest(t *testing.T) {
 			c := getCall()
 			t.Cleanup(func() { putCall(c) })
 			err := c.buildRawRequest("m", tc.md, tc.maxBatch, tc.data)
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err {
-					t.Fatalf("error = %v, want %q", err, tc.err)
-				}
+			if wantError(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			in := c.req.Inputs[0]
 			if in.Name != "IN" || !reflect.DeepEqual(in.Shape, tc.shape) || !reflect.DeepEqual(in.Data, tc.wantData) {

@@ -46,14 +46,11 @@ func TestApplyRequestParameter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var req backendapi.InferRequest
 			err := applyRequestParameter(&req, tc.key, tc.value)
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err || backendapi.CodeOf(err) != wantClass(tc.err) {
-					t.Fatalf("error = %v (class %v), want %v %q", err, backendapi.CodeOf(err), wantClass(tc.err), tc.err)
+			if wantError(t, err, tc.err) {
+				if want := wantClass(tc.err); backendapi.CodeOf(err) != want {
+					t.Fatalf("class = %v, want %v", backendapi.CodeOf(err), want)
 				}
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(req, tc.want) {
 				t.Fatalf("request = %+v, want %+v", req, tc.want)
@@ -77,13 +74,10 @@ func TestParseModelVersion(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := parseModelVersion(tc.in)
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err {
-					t.Fatalf("error = %v, want %q", err, tc.err)
-				}
+			if wantError(t, err, tc.err) {
 				return
 			}
-			if err != nil || got != tc.want {
+			if got != tc.want {
 				t.Fatalf("parseModelVersion(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
 			}
 		})
@@ -106,6 +100,23 @@ func TestHTTPStatus(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wantError fails t unless err is what a case wants: an error whose text
+// is want, or none when want is empty. It reports whether an error was
+// wanted (the case is then done).
+func wantError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+	return true
 }
 
 // wantClass is the class Triton gives an error of this text: its JSON

@@ -133,17 +133,11 @@ func TestDecodeJSONData(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := jsonScanner{buf: []byte(tc.data)}
 			got, count, err := decodeJSONData(nil, &sc, tc.dt, -1)
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err {
-					t.Fatalf("error = %v, want %q", err, tc.err)
-				}
+			if wantError(t, err, tc.err) {
 				if want := wantClass(tc.err); backendapi.CodeOf(err) != want {
 					t.Fatalf("class = %v, want %v", backendapi.CodeOf(err), want)
 				}
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !bytes.Equal(got, tc.want) || count != tc.count {
 				t.Fatalf("got %x (%d elements), want %x (%d)", got, count, tc.want, tc.count)
@@ -180,14 +174,8 @@ func TestAppendJSONData(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := appendJSONData(nil, "out", tc.dt, tc.data, tc.count)
-			if tc.err != "" {
-				if err == nil || err.Error() != tc.err {
-					t.Fatalf("error = %v, want %q", err, tc.err)
-				}
+			if wantError(t, err, tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if string(got) != tc.want {
 				t.Fatalf("got %s, want %s", got, tc.want)
