@@ -140,6 +140,13 @@ func (b *testBackend) ModelConfig(_ context.Context, name string, _ int64) (*inf
 }
 
 func (b *testBackend) ModelStatistics(_ context.Context, name string, _ int64) ([]backendapi.ModelStatistics, error) {
+	return ofModel(b, name, &b.stats, func(s *backendapi.ModelStatistics) string { return s.Name })
+}
+
+// ofModel returns the items of every model (name "") or of the named one,
+// which must be configured; model says which model an item is of. items is
+// read under b.mu.
+func ofModel[T any](b *testBackend, name string, items *[]T, model func(*T) string) ([]T, error) {
 	if name != "" {
 		if _, err := b.config(name); err != nil {
 			return nil, err
@@ -147,10 +154,10 @@ func (b *testBackend) ModelStatistics(_ context.Context, name string, _ int64) (
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []backendapi.ModelStatistics
-	for _, s := range b.stats {
-		if name == "" || s.Name == name {
-			out = append(out, s)
+	var out []T
+	for i := range *items {
+		if it := &(*items)[i]; name == "" || model(it) == name {
+			out = append(out, *it)
 		}
 	}
 	return out, nil
@@ -324,20 +331,7 @@ func (b *testBackend) CustomMetrics(context.Context) ([]backendapi.MetricFamily,
 }
 
 func (b *testBackend) Stubs(_ context.Context, model string) ([]backendapi.ModelStubs, error) {
-	if model != "" {
-		if _, err := b.config(model); err != nil {
-			return nil, err
-		}
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []backendapi.ModelStubs
-	for _, m := range b.stubs {
-		if model == "" || m.Model == model {
-			out = append(out, m)
-		}
-	}
-	return out, nil
+	return ofModel(b, model, &b.stubs, func(m *backendapi.ModelStubs) string { return m.Model })
 }
 
 const msgShmDisabled = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
