@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/prototext"
@@ -58,7 +59,7 @@ func TestParseTestdata(t *testing.T) {
 			if cfg.GetName() != "add_sub" || cfg.GetBackend() != "python" || cfg.GetMaxBatchSize() != 0 {
 				t.Errorf("name/backend/max_batch_size = %q/%q/%d", cfg.GetName(), cfg.GetBackend(), cfg.GetMaxBatchSize())
 			}
-			if in := cfg.GetInput()[1]; in.GetDataType() != inferencepb.DataType_TYPE_FP32 || !equalDims(in.GetDims(), 4) {
+			if in := cfg.GetInput()[1]; in.GetDataType() != inferencepb.DataType_TYPE_FP32 || !equalTo(in.GetDims(), 4) {
 				t.Errorf("INPUT1 = %v", in)
 			}
 			if g := cfg.GetInstanceGroup(); len(g) != 1 || g[0].GetKind() != inferencepb.ModelInstanceGroup_KIND_CPU || g[0].GetCount() != 0 {
@@ -75,7 +76,7 @@ func TestParseTestdata(t *testing.T) {
 			if got := names(cfg); got != "IN,DELAY,WAIT->OUT,IDX" {
 				t.Errorf("tensors = %s", got)
 			}
-			if !equalDims(cfg.GetInput()[0].GetDims(), -1) {
+			if !equalTo(cfg.GetInput()[0].GetDims(), -1) {
 				t.Errorf("IN dims = %v", cfg.GetInput()[0].GetDims())
 			}
 		}},
@@ -84,7 +85,7 @@ func TestParseTestdata(t *testing.T) {
 			if db == nil {
 				t.Fatal("no dynamic_batching")
 			}
-			if !equalInts(db.GetPreferredBatchSize(), 4, 8) || db.GetMaxQueueDelayMicroseconds() != 100 ||
+			if !equalTo(db.GetPreferredBatchSize(), 4, 8) || db.GetMaxQueueDelayMicroseconds() != 100 ||
 				db.GetPriorityLevels() != 2 || db.GetDefaultPriorityLevel() != 2 {
 				t.Errorf("dynamic_batching = %v", db)
 			}
@@ -120,7 +121,7 @@ func TestParseTestdata(t *testing.T) {
 			if len(ci) != 4 {
 				t.Fatalf("control_input = %v", ci)
 			}
-			if c := ci[0].GetControl()[0]; c.GetKind() != inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START || !equalInts(c.GetInt32FalseTrue(), 0, 1) {
+			if c := ci[0].GetControl()[0]; c.GetKind() != inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_START || !equalTo(c.GetInt32FalseTrue(), 0, 1) {
 				t.Errorf("START = %v", c)
 			}
 			// Integer literals are accepted for float fields.
@@ -141,7 +142,7 @@ func TestParseTestdata(t *testing.T) {
 			}
 		}},
 		{"go_identity.pbtxt", func(t *testing.T, cfg *inferencepb.ModelConfig) {
-			if cfg.GetBackend() != "go" || !equalDims(cfg.GetVersionPolicy().GetSpecific().GetVersions(), 1, 3) {
+			if cfg.GetBackend() != "go" || !equalTo(cfg.GetVersionPolicy().GetSpecific().GetVersions(), 1, 3) {
 				t.Errorf("backend/version_policy = %q/%v", cfg.GetBackend(), cfg.GetVersionPolicy())
 			}
 			w := cfg.GetModelWarmup()
@@ -174,14 +175,8 @@ func TestParseErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := modelconfig.Parse(tt.file, data)
-			if err == nil {
-				t.Fatalf("Parse = %v, want an error", cfg)
-			}
-			if err.Error() != tt.want {
-				t.Errorf("error = %q\nwant    %q", err, tt.want)
-			}
-			assertError(t, err, modelconfig.ErrParse, backendapi.InvalidArg)
+			_, err = modelconfig.Parse(tt.file, data)
+			assertErrorText(t, err, tt.want, modelconfig.ErrParse, backendapi.InvalidArg)
 		})
 	}
 }
@@ -413,10 +408,7 @@ func TestFromJSON(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, err := modelconfig.FromJSON([]byte(tt.json))
 			if tt.wantErr != "" {
-				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("error = %v\nwant    %s", err, tt.wantErr)
-				}
-				assertError(t, err, modelconfig.ErrParse, backendapi.InvalidArg)
+				assertErrorText(t, err, tt.wantErr, modelconfig.ErrParse, backendapi.InvalidArg)
 				return
 			}
 			if err != nil {
@@ -431,6 +423,15 @@ func TestFromJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// assertErrorText checks that err has the text want, then assertError.
+func assertErrorText(t *testing.T, err error, want string, sentinel error, code backendapi.Code) {
+	t.Helper()
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v\nwant    %s", err, want)
+	}
+	assertError(t, err, sentinel, code)
 }
 
 // assertError checks the sentinel and the client-facing code of err, and
@@ -469,28 +470,6 @@ func names(cfg *inferencepb.ModelConfig) string {
 	return b.String()
 }
 
-func equalDims(got []int64, want ...int64) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalInts(got []int32, want ...int32) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for i := range got {
-		if got[i] != want[i] {
-			return false
-		}
-	}
-	return true
-}
+func equalTo[T comparable](got []T, want ...T) bool { return slices.Equal(got, want) }
 
 func unmarshalText(s string, m proto.Message) error { return prototext.Unmarshal([]byte(s), m) }

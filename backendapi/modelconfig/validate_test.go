@@ -308,10 +308,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("Validate error = %v\nwant             %s", err, tt.want)
-			}
-			assertError(t, err, modelconfig.ErrInvalid, tt.code)
+			assertErrorText(t, err, tt.want, modelconfig.ErrInvalid, tt.code)
 		})
 	}
 }
@@ -333,10 +330,7 @@ func TestValidateUnnormalized(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := modelconfig.Validate(parseText(t, tt.text))
-			if err == nil || err.Error() != tt.want {
-				t.Fatalf("Validate error = %v, want %s", err, tt.want)
-			}
-			assertError(t, err, modelconfig.ErrInvalid, backendapi.InvalidArg)
+			assertErrorText(t, err, tt.want, modelconfig.ErrInvalid, backendapi.InvalidArg)
 		})
 	}
 }
@@ -438,7 +432,7 @@ func metadataEqual(a, b backendapi.ModelMetadata) bool {
 	}
 	tensorsEqual := func(x, y []backendapi.TensorMetadata) bool {
 		for i := range x {
-			if x[i].Name != y[i].Name || x[i].DataType != y[i].DataType || !equalDims(x[i].Shape, y[i].Shape...) {
+			if x[i].Name != y[i].Name || x[i].DataType != y[i].DataType || !equalTo(x[i].Shape, y[i].Shape...) {
 				return false
 			}
 		}
