@@ -134,8 +134,9 @@ func (w *jsonWalker) token() (json.Token, error) {
 	return tok, nil
 }
 
-// message walks the members of an object whose '{' was just read.
-func (w *jsonWalker) message(md protoreflect.MessageDescriptor) error {
+// members walks the members of an object whose '{' was just read, calling
+// member with each key token, up to the closing '}'.
+func (w *jsonWalker) members(member func(key json.Token) error) error {
 	for {
 		tok, err := w.token()
 		if err != nil {
@@ -144,6 +145,15 @@ func (w *jsonWalker) message(md protoreflect.MessageDescriptor) error {
 		if d, ok := tok.(json.Delim); ok && d == '}' {
 			return nil
 		}
+		if err := member(tok); err != nil {
+			return err
+		}
+	}
+}
+
+// message walks the members of an object whose '{' was just read.
+func (w *jsonWalker) message(md protoreflect.MessageDescriptor) error {
+	return w.members(func(tok json.Token) error {
 		key, ok := tok.(string)
 		if !ok {
 			return errStopWalk
@@ -156,56 +166,42 @@ func (w *jsonWalker) message(md protoreflect.MessageDescriptor) error {
 			line := 1 + bytes.Count(w.src[:w.dec.InputOffset()], []byte("\n"))
 			return newError(ErrParse, backendapi.InvalidArg, "%s:%d: unknown field %q in %s", jsonSource, line, key, md.FullName())
 		}
-		if err := w.field(fd); err != nil {
-			return err
-		}
+		return w.field(fd)
+	})
+}
+
+// open reads the token that opens a list ('[') or map ('{') value; it
+// reports false for null.
+func (w *jsonWalker) open(delim json.Delim) (bool, error) {
+	tok, err := w.token()
+	if err != nil || tok == nil {
+		return false, err
 	}
+	if d, ok := tok.(json.Delim); !ok || d != delim {
+		return false, errStopWalk
+	}
+	return true, nil
 }
 
 // field walks the value of one field.
 func (w *jsonWalker) field(fd protoreflect.FieldDescriptor) error {
 	switch {
 	case fd.IsList():
-		tok, err := w.token()
-		if err != nil {
+		if ok, err := w.open('['); !ok {
 			return err
-		}
-		if tok == nil { // null
-			return nil
-		}
-		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			return errStopWalk
 		}
 		for w.dec.More() {
 			if err := w.single(fd); err != nil {
 				return err
 			}
 		}
-		_, err = w.token() // ']'
+		_, err := w.token() // ']'
 		return err
 	case fd.IsMap():
-		tok, err := w.token()
-		if err != nil {
+		if ok, err := w.open('{'); !ok {
 			return err
 		}
-		if tok == nil {
-			return nil
-		}
-		if d, ok := tok.(json.Delim); !ok || d != '{' {
-			return errStopWalk
-		}
-		for {
-			tok, err := w.token()
-			if err != nil {
-				return err
-			}
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				return nil
-			}
-			if err := w.single(fd.MapValue()); err != nil {
-				return err
-			}
-		}
+		return w.members(func(json.Token) error { return w.single(fd.MapValue()) })
 	default:
 		return w.single(fd)
 	}
