@@ -322,22 +322,18 @@ func TestInferRaw(t *testing.T) {
 }
 
 func gzipped(t *testing.T, b []byte) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(b); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return compressed(t, b, func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
 }
 
 func deflated(t *testing.T, b []byte) []byte {
+	return compressed(t, b, func(w io.Writer) io.WriteCloser { return zlib.NewWriter(w) })
+}
+
+// compressed is b written through the compressor that newWriter makes.
+func compressed(t *testing.T, b []byte, newWriter func(io.Writer) io.WriteCloser) []byte {
 	t.Helper()
 	var buf bytes.Buffer
-	zw := zlib.NewWriter(&buf)
+	zw := newWriter(&buf)
 	if _, err := zw.Write(b); err != nil {
 		t.Fatal(err)
 	}
