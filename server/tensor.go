@@ -169,15 +169,7 @@ func decodeJSONElement(dst []byte, sc *jsonScanner, dt backendapi.DataType) ([]b
 		if bits := uint(dt.Size() * 8); bits < 64 && v>>bits != 0 {
 			return dst, outOfRange(n, dt)
 		}
-		switch dt {
-		case backendapi.TypeUint8:
-			return append(dst, byte(v)), nil
-		case backendapi.TypeUint16:
-			return binary.LittleEndian.AppendUint16(dst, uint16(v)), nil
-		case backendapi.TypeUint32:
-			return binary.LittleEndian.AppendUint32(dst, uint32(v)), nil
-		}
-		return binary.LittleEndian.AppendUint64(dst, v), nil
+		return appendLE(dst, dt.Size(), v), nil
 	default: // signed integers
 		v, ok := n.int64()
 		if !ok {
@@ -186,16 +178,22 @@ func decodeJSONElement(dst []byte, sc *jsonScanner, dt backendapi.DataType) ([]b
 		if bits := uint(dt.Size() * 8); bits < 64 && (v < -1<<(bits-1) || v >= 1<<(bits-1)) {
 			return dst, outOfRange(n, dt)
 		}
-		switch dt {
-		case backendapi.TypeInt8:
-			return append(dst, byte(v)), nil
-		case backendapi.TypeInt16:
-			return binary.LittleEndian.AppendUint16(dst, uint16(v)), nil
-		case backendapi.TypeInt32:
-			return binary.LittleEndian.AppendUint32(dst, uint32(v)), nil
-		}
-		return binary.LittleEndian.AppendUint64(dst, uint64(v)), nil
+		return appendLE(dst, dt.Size(), uint64(v)), nil
 	}
+}
+
+// appendLE appends the low size bytes of v, little-endian: one integer
+// element of a tensor whose elements are size bytes long.
+func appendLE(dst []byte, size int, v uint64) []byte {
+	switch size {
+	case 1:
+		return append(dst, byte(v))
+	case 2:
+		return binary.LittleEndian.AppendUint16(dst, uint16(v))
+	case 4:
+		return binary.LittleEndian.AppendUint32(dst, uint32(v))
+	}
+	return binary.LittleEndian.AppendUint64(dst, v)
 }
 
 func outOfRange(n jsonNumber, dt backendapi.DataType) error {
