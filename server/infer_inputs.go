@@ -162,19 +162,14 @@ func (c *inferCall) addInput(model string, f *inputFields, bin *[]byte, hdrGiven
 	if n := btoi(f.hasData) + btoi(f.hasBinary) + btoi(f.hasRegion); n != 1 {
 		return inputContentError(f.hasData, f.hasBinary, f.hasRegion)
 	}
-	switch {
-	case f.nameErr != nil:
-		return f.nameErr
-	case !f.hasName:
-		return missingMember("Unable to parse 'name'", "name")
-	case f.datatypeErr != nil:
-		return f.datatypeErr
-	case !f.hasDatatype:
-		return missingMember("Unable to parse 'datatype'", "datatype")
-	case f.shapeErr != nil:
-		return f.shapeErr
-	case !f.hasShape:
-		return missingMember("Unable to parse 'shape'", "shape")
+	for _, err := range [...]error{
+		requiredMember(f.nameErr, f.hasName, "name"),
+		requiredMember(f.datatypeErr, f.hasDatatype, "datatype"),
+		requiredMember(f.shapeErr, f.hasShape, "shape"),
+	} {
+		if err != nil {
+			return err
+		}
 	}
 	for i := range c.req.Inputs {
 		if c.req.Inputs[i].Name == f.name {

@@ -52,11 +52,10 @@ func (c *inferCall) parseOutput() error {
 			return invalidArg("Output can't set both 'shared_memory_region' and 'binary_data'")
 		}
 	}
+	if err := requiredMember(f.nameErr, f.hasName, "name"); err != nil {
+		return err
+	}
 	switch {
-	case f.nameErr != nil:
-		return f.nameErr
-	case !f.hasName:
-		return missingMember("Unable to parse 'name'", "name")
 	case f.paramsErr != nil:
 		return f.paramsErr
 	case f.binaryErr != nil:

@@ -74,6 +74,16 @@ func trimPooled(b []byte) []byte {
 	return b[:0]
 }
 
+// requiredMember is the error of a member an object must have: err, the one
+// found reading it, or Triton's error for a missing member when it was
+// absent (has is false).
+func requiredMember(err error, has bool, name string) error {
+	if err != nil || has {
+		return err
+	}
+	return missingMember("Unable to parse '"+name+"'", name)
+}
+
 func missingMember(context, name string) error {
 	return fieldError(context, "attempt to access non-existing object member '"+name+"'")
 }
