@@ -99,55 +99,48 @@ func extra(before, after []string) []string {
 	return x
 }
 
-func fds() []string {
-	ents, err := os.ReadDir("/proc/self/fd")
+// dirNames lists dir, each name as keep turns it, leaving out those keep
+// refuses.
+func dirNames(dir string, keep func(name string) (string, bool)) []string {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err != nil {
-			continue // the descriptor ReadDir itself used, closed by now
+		if s, ok := keep(e.Name()); ok {
+			out = append(out, s)
 		}
-		out = append(out, e.Name()+" -> "+target)
 	}
 	return out
+}
+
+func fds() []string {
+	return dirNames("/proc/self/fd", func(fd string) (string, bool) {
+		// An error: the descriptor ReadDir itself used, closed by now.
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd))
+		return fd + " -> " + target, err == nil
+	})
 }
 
 func children() []string {
 	tasks, _ := filepath.Glob("/proc/self/task/*/children")
 	var out []string
 	for _, task := range tasks {
-		b, err := os.ReadFile(task)
-		if err != nil {
-			continue
-		}
-		for _, pid := range strings.Fields(string(b)) {
-			if !slices.Contains(out, pid) {
-				out = append(out, pid)
-			}
+		if b, err := os.ReadFile(task); err == nil {
+			out = append(out, extra(out, strings.Fields(string(b)))...)
 		}
 	}
 	return out
 }
 
 func devShm() []string {
-	ents, err := os.ReadDir("/dev/shm")
-	if err != nil {
-		return nil
-	}
-	out := make([]string, 0, len(ents))
-	for _, e := range ents {
-		// The end-to-end shared memory tests (another package, which go
-		// test may run at the same time) create client regions under this
-		// prefix and remove them in their own cleanups.
-		if strings.HasPrefix(e.Name(), ClientRegionPrefix) {
-			continue
-		}
-		out = append(out, e.Name())
-	}
-	return out
+	// The end-to-end shared memory tests (another package, which go test
+	// may run at the same time) create client regions under this prefix
+	// and remove them in their own cleanups.
+	return dirNames("/dev/shm", func(name string) (string, bool) {
+		return name, !strings.HasPrefix(name, ClientRegionPrefix)
+	})
 }
 
 // ClientRegionPrefix names the /dev/shm objects that tests create on
