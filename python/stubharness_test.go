@@ -20,7 +20,8 @@ import (
 // place of a stub: it prints, one hex line each, the messages the harness
 // builds (Initialize, Execute, Release, Finalize), reading the Release's
 // offsets and an inline output from the Go-encoded ExecuteDone on stdin,
-// and last the inline output's values as JSON.
+// then the inline output's values and the harness's numpy type of each
+// data type number as JSON.
 const harnessScript = `
 import json, sys
 import numpy as np
@@ -58,6 +59,7 @@ packer = ipc.msgpack.Packer(use_bin_type=True, autoreset=True)
 for m in st.sup.sent:
     print(packer.pack(m).hex())
 print(json.dumps({t[0]: st.read(t).tolist() for t in resp[3] if t[3] == ipc.LOC_INLINE}))
+print(json.dumps({k: np.dtype(v).name for k, v in h.NP.items()}))
 `
 
 // TestStubHarnessSpeaksGoMessages checks that the Python unit tests' fake
@@ -90,8 +92,8 @@ func TestStubHarnessSpeaksGoMessages(t *testing.T) {
 	for sc := bufio.NewScanner(bytes.NewReader(out)); sc.Scan(); {
 		lines = append(lines, sc.Text())
 	}
-	if len(lines) != 5 {
-		t.Fatalf("harness printed %d lines, want 4 messages and the inline values:\n%s", len(lines), out)
+	if len(lines) != 6 {
+		t.Fatalf("harness printed %d lines, want 4 messages, the inline values and the types:\n%s", len(lines), out)
 	}
 
 	args := map[string]string{"model_config": `{"max_batch_size": 4, "name": "m"}`, "model_instance_kind": "CPU",
@@ -137,6 +139,28 @@ func TestStubHarnessSpeaksGoMessages(t *testing.T) {
 		}
 		if !reflect.DeepEqual(inline, map[string][]int32{"INL": {3, 4}}) {
 			t.Fatalf("harness read inline outputs %v, want INL [3 4]", inline)
+		}
+	})
+	t.Run("data types", func(t *testing.T) {
+		var got map[backendapi.DataType]string
+		if err := json.Unmarshal([]byte(lines[5]), &got); err != nil {
+			t.Fatal(err)
+		}
+		// numpy's name for each type; BYTES is a list of bytes, not a dtype.
+		numpy := map[string]string{"BOOL": "bool", "FP16": "float16", "FP32": "float32", "FP64": "float64", "BF16": "uint16"}
+		want := map[backendapi.DataType]string{}
+		for d := backendapi.TypeBool; d.Valid(); d++ {
+			if d == backendapi.TypeBytes {
+				continue
+			}
+			name, ok := numpy[d.String()]
+			if !ok {
+				name = strings.ToLower(d.String())
+			}
+			want[d] = name
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("harness data types %v, want %v", got, want)
 		}
 	})
 }
