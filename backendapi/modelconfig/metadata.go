@@ -18,14 +18,6 @@ func DataType(dt inferencepb.DataType) backendapi.DataType {
 	return d
 }
 
-// ConfigDataType converts a wire type to the config data type.
-func ConfigDataType(dt backendapi.DataType) inferencepb.DataType {
-	if !dt.Valid() {
-		return inferencepb.DataType_TYPE_INVALID
-	}
-	return inferencepb.DataType(dt)
-}
-
 // Metadata derives the KServe model metadata from a normalized config, as
 // Triton does: platform is the config's platform or else its backend
 // ("python"); versions are the ready versions, ascending, as strings; each

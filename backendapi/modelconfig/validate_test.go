@@ -458,16 +458,10 @@ func TestDataTypes(t *testing.T) {
 		if backendapi.ParseDataType(name) != wire {
 			t.Errorf("ParseDataType(%s) = %v, want %v", name, backendapi.ParseDataType(name), wire)
 		}
-		if back := modelconfig.ConfigDataType(wire); back != dt {
-			t.Errorf("ConfigDataType(%v) = %v, want %v", wire, back, dt)
-		}
 	}
 	for _, bad := range []inferencepb.DataType{-1, 15, 255, 256} {
 		if got := modelconfig.DataType(bad); got != backendapi.TypeInvalid {
 			t.Errorf("DataType(%d) = %v, want INVALID", bad, got)
 		}
-	}
-	if got := modelconfig.ConfigDataType(backendapi.DataType(99)); got != inferencepb.DataType_TYPE_INVALID {
-		t.Errorf("ConfigDataType(99) = %v", got)
 	}
 }
