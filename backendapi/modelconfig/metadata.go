@@ -43,7 +43,7 @@ func Metadata(cfg *inferencepb.ModelConfig, readyVersions []int64) backendapi.Mo
 	shape := func(dims []int64) []int64 {
 		s := make([]int64, 0, len(dims)+1)
 		if batched {
-			s = append(s, WildcardDim)
+			s = append(s, wildcardDim)
 		}
 		return append(s, dims...)
 	}

@@ -9,8 +9,8 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
-// WildcardDim is the dims value for a variable-size dimension.
-const WildcardDim = -1
+// wildcardDim is the dims value for a variable-size dimension.
+const wildcardDim = -1
 
 // Validate checks a normalized configuration. It returns nil or an error
 // matching ErrInvalid with Triton's message for the first problem found
@@ -184,16 +184,16 @@ func validateShape(prefix string, t tensorShape, maxBatchSize int32) error {
 		return fmt.Errorf("%scannot have empty reshape for non-batching model as scalar tensors are not supported", prefix)
 	}
 	for _, d := range t.dims {
-		if d < 1 && d != WildcardDim {
-			return fmt.Errorf("%sdimension must be integer >= 1, or %d to indicate a variable-size dimension", prefix, WildcardDim)
+		if d < 1 && d != wildcardDim {
+			return fmt.Errorf("%sdimension must be integer >= 1, or %d to indicate a variable-size dimension", prefix, wildcardDim)
 		}
 	}
 	if t.reshape == nil {
 		return nil
 	}
 	for _, d := range t.reshape.GetShape() {
-		if d < 1 && d != WildcardDim {
-			return fmt.Errorf("%sreshape dimensions must be integer >= 1, or %d to indicate a variable-size dimension", prefix, WildcardDim)
+		if d < 1 && d != wildcardDim {
+			return fmt.Errorf("%sreshape dimensions must be integer >= 1, or %d to indicate a variable-size dimension", prefix, wildcardDim)
 		}
 	}
 	// dims and reshape must hold the same number of elements; with
@@ -223,7 +223,7 @@ func validateShape(prefix string, t tensorShape, maxBatchSize int32) error {
 func elementRuns(shape []int64) []int64 {
 	runs := []int64{1}
 	for _, d := range shape {
-		if d == WildcardDim {
+		if d == wildcardDim {
 			runs = append(runs, 1)
 			continue
 		}
@@ -515,9 +515,9 @@ func validateMetrics(cfg *inferencepb.ModelConfig) error {
 
 // Python backend parameters with a fixed set of values.
 const (
-	// ParamForceCPUOnlyInputTensors ("yes" (default) or "no") says whether
+	// paramForceCPUOnlyInputTensors ("yes" (default) or "no") says whether
 	// inputs are always copied to CPU memory before execute.
-	ParamForceCPUOnlyInputTensors = "FORCE_CPU_ONLY_INPUT_TENSORS"
+	paramForceCPUOnlyInputTensors = "FORCE_CPU_ONLY_INPUT_TENSORS"
 	// ParamExecutionEnvPath names a packed Python environment (a
 	// conda-pack tar.gz); $$TRITON_MODEL_DIRECTORY expands to the model
 	// directory.
@@ -528,9 +528,9 @@ func validateParameters(cfg *inferencepb.ModelConfig) error {
 	if cfg.GetBackend() != KindPython {
 		return nil
 	}
-	if v, ok := Parameter(cfg, ParamForceCPUOnlyInputTensors); ok && v != "yes" && v != "no" {
+	if v, ok := Parameter(cfg, paramForceCPUOnlyInputTensors); ok && v != "yes" && v != "no" {
 		// Triton's text, unbalanced quote included.
-		return newError(ErrInvalid, backendapi.Unsupported, "Incorrect value for %s: %s'", ParamForceCPUOnlyInputTensors, v)
+		return newError(ErrInvalid, backendapi.Unsupported, "Incorrect value for %s: %s'", paramForceCPUOnlyInputTensors, v)
 	}
 	return nil
 }
