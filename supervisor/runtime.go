@@ -31,7 +31,7 @@ var prepMu sync.Mutex
 // "$$TRITON_MODEL_DIRECTORY" in the path is the model directory, as in
 // Triton.
 func (s *Supervisor) interpreterFor(cfg *inferencepb.ModelConfig, dir string) (string, error) {
-	env, ok := modelconfig.Parameter(cfg, "EXECUTION_ENV_PATH")
+	env, ok := modelconfig.Parameter(cfg, modelconfig.ParamExecutionEnvPath)
 	if !ok || env == "" {
 		return s.opts.Python, nil
 	}
