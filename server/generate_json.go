@@ -239,12 +239,8 @@ func appendGenerateResponse(dst []byte, resp *backendapi.InferResponse, model, r
 		if i > 0 && fields[i-1].key == f.key {
 			continue
 		}
-		if wrote {
-			dst = append(dst, ',')
-		}
+		dst = appendJSONKey(dst, !wrote, f.key)
 		wrote = true
-		dst = appendJSONString(dst, f.key)
-		dst = append(dst, ':')
 		switch f.kind {
 		case genReserved:
 			dst = appendJSONString(dst, f.value)

@@ -387,11 +387,7 @@ func appendParamsJSON(dst []byte, params map[string]any) []byte {
 	sort.Strings(keys)
 	dst = append(dst, '{')
 	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendJSONString(dst, k)
-		dst = append(dst, ':')
+		dst = appendJSONKey(dst, i == 0, k)
 		dst = appendJSONValue(dst, params[k])
 	}
 	return append(dst, '}')

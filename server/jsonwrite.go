@@ -80,8 +80,18 @@ func appendJSONFloat(dst []byte, f float64, bits int) []byte {
 	return strconv.AppendFloat(dst, f, 'g', -1, bits)
 }
 
-// appendJSONValue appends a parameter value (bool, integer, float or string).
-// Anything else is written as its string form so that a response never
+// appendJSONKey appends the key of an object member and its colon, after a
+// comma unless the member is the object's first.
+func appendJSONKey(dst []byte, first bool, key string) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = appendJSONString(dst, key)
+	return append(dst, ':')
+}
+
+// appendJSONValue appends a parameter value (bool, integer, float or
+// string) or a setting's list of strings. Anything else is written as its string form so that a response never
 // fails because a model set an odd parameter.
 func appendJSONValue(dst []byte, v any) []byte {
 	switch x := v.(type) {
@@ -107,6 +117,15 @@ func appendJSONValue(dst []byte, v any) []byte {
 		return appendJSONString(dst, x)
 	case []byte:
 		return appendJSONString(dst, x)
+	case []string:
+		dst = append(dst, '[')
+		for i, s := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONString(dst, s)
+		}
+		return append(dst, ']')
 	case nil:
 		return append(dst, "null"...)
 	default:

@@ -48,24 +48,8 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request, model strin
 	}
 	b := []byte{'{'}
 	for i, kv := range s.tracer.settings(model) {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, kv[0].(string))
-		b = append(b, ':')
-		switch v := kv[1].(type) {
-		case []string:
-			b = append(b, '[')
-			for j, x := range v {
-				if j > 0 {
-					b = append(b, ',')
-				}
-				b = appendJSONString(b, x)
-			}
-			b = append(b, ']')
-		case string:
-			b = appendJSONString(b, v)
-		}
+		b = appendJSONKey(b, i == 0, kv[0].(string))
+		b = appendJSONValue(b, kv[1])
 	}
 	writeRawJSON(w, append(b, '}'))
 }
