@@ -136,15 +136,22 @@ def _serialize(array):
     """Serialise an object or bytes array to the wire form (b"" when empty)."""
     if array.size == 0:
         return b""
-    parts = []
-    append = parts.append
-    pack = _LEN.pack
-    for item in array.ravel(order="C").tolist():
-        if not isinstance(item, bytes):
-            item = str(item).encode("utf-8")
-        append(pack(len(item)))
-        append(item)
+    items = array.ravel(order="C").tolist()
+    if set(map(type, items)) != _ONLY_BYTES:
+        items = [item if isinstance(item, bytes) else str(item).encode("utf-8") for item in items]
+    # Length prefixes and elements interleaved, with no Python-level loop;
+    # the prefixes of short elements come from a table.
+    parts = [b""] * (2 * len(items))
+    try:
+        parts[0::2] = map(_PREFIX.__getitem__, map(len, items))
+    except IndexError:
+        parts[0::2] = map(_LEN.pack, map(len, items))
+    parts[1::2] = items
     return b"".join(parts)
+
+
+_ONLY_BYTES = {bytes}
+_PREFIX = [_LEN.pack(n) for n in range(1024)]
 
 
 def serialize_byte_tensor(input_tensor):
@@ -160,26 +167,34 @@ def serialize_byte_tensor(input_tensor):
 
 def deserialize_bytes_tensor(encoded_tensor):
     """Deserialise length-prefixed bytes into a 1-D object array of bytes."""
-    buf = memoryview(encoded_tensor)
-    if buf.format != "B" or buf.ndim != 1:
-        buf = buf.cast("B")
+    # One copy into bytes: slicing bytes makes each element directly.
+    data = memoryview(encoded_tensor).tobytes()
     items = []
     append = items.append
     unpack = _LEN.unpack_from
     offset = 0
-    end = len(buf)
+    end = len(data)
     while offset < end:
-        if offset + 4 > end:
+        start = offset + 4
+        if start > end:
             raise ValueError("truncated BYTES tensor: incomplete length prefix at offset %d" % offset)
-        (n,) = unpack(buf, offset)
-        offset += 4
-        if offset + n > end:
-            raise ValueError("truncated BYTES tensor: element of %d bytes at offset %d overruns %d bytes" % (n, offset, end))
-        append(buf[offset : offset + n].tobytes())
-        offset += n
-    out = np.empty(len(items), dtype=np.object_)
-    out[:] = items
-    return out
+        offset = start + unpack(data, offset)[0]
+        if offset > end:
+            raise ValueError("truncated BYTES tensor: element of %d bytes at offset %d overruns %d bytes"
+                             % (offset - start, start, end))
+        append(data[start:offset])
+    return _object_array(items)
+
+
+def _object_array(items):
+    """A 1-D object array of items (fromiter is the cheaper way where
+    numpy has it for objects, 1.23 on)."""
+    try:
+        return np.fromiter(items, dtype=np.object_, count=len(items))
+    except (TypeError, ValueError):
+        out = np.empty(len(items), dtype=np.object_)
+        out[:] = items
+        return out
 
 
 # ---------------------------------------------------------------------------

@@ -46,6 +46,9 @@ class BytesTest(unittest.TestCase):
             "2d": np.array([[b"a", b"bc"], [b"d", b"e"]], dtype=np.object_),
             "bytes_": np.array([b"ab", b"c"], dtype=np.bytes_),
             "numbers": np.array([1, 2.5], dtype=np.object_),
+            "long elements": np.array([b"x" * 1023, b"y" * 1024, b"z" * 70000], dtype=np.object_),
+            "bytes_ elements": np.array([np.bytes_(b"ab"), b"c"], dtype=np.object_),
+            "bytearray": np.array([bytearray(b"ab"), b"c"], dtype=np.object_),
         }
         for name, array in cases.items():
             with self.subTest(name):
