@@ -785,7 +785,10 @@ class Tensor:
         buf = _view(loc, offset, size) if size else memoryview(b"")
         code = self._dtype
         if code == _BYTES:
-            array = deserialize_bytes_tensor(buf).reshape(self._shape)
+            array = deserialize_bytes_tensor(buf)
+            shape = self._shape
+            if len(shape) != 1 or shape[0] != len(array):
+                array = array.reshape(shape)
         else:
             array = _ndarray(self._shape, _WIRE_DTYPE[code], buf)
         self._np = array
