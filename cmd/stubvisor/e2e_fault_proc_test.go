@@ -27,7 +27,7 @@ func TestFaultStubWithHelperChildKilled(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	pids := filepath.Join(t.TempDir(), "helpers")
-	httpWriteModel(t, repo, "with_helper", httpFP32Config("with_helper", ""), map[string]string{"model.py": `
+	modelPy := `
 import json, os, subprocess, time
 import triton_python_backend_utils as pb_utils
 
@@ -40,7 +40,8 @@ class TritonPythonModel:
             os._exit(0)
         with open(` + strconv.Quote(pids) + `, "a") as f:
             f.write("%d %d\n" % (helper.pid, child))
-` + faultSleepExecute})
+` + faultSleepExecute
+	writeFP32Model(t, repo, "with_helper", "", modelPy)
 	var helpers []int
 	t.Cleanup(func() { // whatever the outcome, leave nothing behind
 		for _, pid := range helpers {
@@ -110,8 +111,7 @@ func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
 	// tests, so the readiness test's 6 s check runs beside it.
 	t.Parallel()
 	repo := t.TempDir()
-	httpWriteModel(t, repo, "two_slow", httpFP32Config("two_slow", "instance_group [{ kind: KIND_CPU count: 2 }]"),
-		map[string]string{"model.py": faultSleepModel})
+	writeFP32Model(t, repo, "two_slow", "instance_group [{ kind: KIND_CPU count: 2 }]", faultSleepModel)
 	s := startServer(t, repo)
 	slow := make(chan timedInfer, 1)
 	go func() { slow <- timedPost(s.HTTP, "two_slow", sleepRequest(10)) }()
@@ -144,8 +144,7 @@ func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
 func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
-	httpWriteModel(t, repo, "one_hang", httpFP32Config("one_hang", `parameters { key: "EXECUTE_TIMEOUT_MS" value { string_value: "1500" } }`),
-		map[string]string{"model.py": faultSleepModel})
+	writeFP32Model(t, repo, "one_hang", `parameters { key: "EXECUTE_TIMEOUT_MS" value { string_value: "1500" } }`, faultSleepModel)
 	s := startServer(t, repo)
 	hung := make(chan timedInfer, 1)
 	go func() { hung <- timedPost(s.HTTP, "one_hang", sleepRequest(60)) }()
@@ -177,7 +176,7 @@ func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
 func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
-	httpWriteModel(t, repo, "long_exec", httpFP32Config("long_exec", ""), map[string]string{"model.py": faultSleepModel})
+	writeFP32Model(t, repo, "long_exec", "", faultSleepModel)
 	s := startServer(t, repo, "--exit-timeout-secs", "2")
 	done := make(chan timedInfer, 1)
 	go func() { done <- timedPost(s.HTTP, "long_exec", sleepRequest(20)) }()
@@ -211,7 +210,7 @@ func TestFaultCrashLoopingModelOneState(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	marker := filepath.Join(t.TempDir(), "started")
-	httpWriteModel(t, repo, "crash_loop", httpFP32Config("crash_loop", ""), map[string]string{"model.py": `
+	modelPy := `
 import os, threading, time
 
 class TritonPythonModel:
@@ -223,7 +222,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-`})
+`
+	writeFP32Model(t, repo, "crash_loop", "", modelPy)
 	s := startServer(t, repo, "--stub-restart-backoff", "50ms", "--stub-restart-backoff-max", "200ms")
 	const cause = "crash_loop refuses to start again"
 	type indexEntry struct {

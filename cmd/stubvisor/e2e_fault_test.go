@@ -204,7 +204,7 @@ func sleepBinaryBody(t *testing.T, n int, secs float64) ([]byte, int) {
 func TestFaultInflightRequestBudget(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
-	httpWriteModel(t, repo, "sleepy", httpFP32Config("sleepy", ""), map[string]string{"model.py": faultSleepModel})
+	writeFP32Model(t, repo, "sleepy", "", faultSleepModel)
 	s := startServer(t, repo, "--max-inflight-request-bytes", strconv.Itoa(8<<20))
 	_, client := grpcClient(t, s)
 	const n = 3 << 20 / 4 // 3 MiB of FP32
@@ -257,8 +257,8 @@ func TestFaultInflightRequestBudget(t *testing.T) {
 func TestFaultClientsCancelMidRequest(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
-	httpWriteModel(t, repo, "one", httpFP32Config("one", ""), map[string]string{"model.py": faultSleepModel})
-	httpWriteModel(t, repo, "two", httpFP32Config("two", "instance_group [{ kind: KIND_CPU count: 2 }]"), map[string]string{"model.py": faultSleepModel})
+	writeFP32Model(t, repo, "one", "", faultSleepModel)
+	writeFP32Model(t, repo, "two", "instance_group [{ kind: KIND_CPU count: 2 }]", faultSleepModel)
 	s := startServer(t, repo)
 	_, client := grpcClient(t, s)
 	hc := &http.Client{}

@@ -32,6 +32,13 @@ func httpWriteModel(t *testing.T, repo, name, config string, files map[string]st
 	}
 }
 
+// writeFP32Model writes a model of httpFP32Config(name, extra) running
+// modelPy into repo.
+func writeFP32Model(t *testing.T, repo, name, extra, modelPy string) {
+	t.Helper()
+	httpWriteModel(t, repo, name, httpFP32Config(name, extra), map[string]string{"model.py": modelPy})
+}
+
 // httpFP32Config is a one-input, one-output FP32 Python model config.
 func httpFP32Config(name, extra string) string {
 	return fmt.Sprintf(`name: %q

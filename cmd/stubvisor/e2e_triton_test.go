@@ -354,7 +354,7 @@ func TestTritonLifecycleTexts(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := copyRepo(t, "execute_raises")
 	httpWriteModel(t, repo, "non_existent_model", httpFP32Config("non_existent_model", ""), nil)
-	httpWriteModel(t, repo, "init_exit", httpFP32Config("init_exit", "instance_group [{ kind: KIND_CPU }]"), map[string]string{"model.py": `import os
+	writeFP32Model(t, repo, "init_exit", "instance_group [{ kind: KIND_CPU }]", `import os
 import signal
 
 
@@ -364,7 +364,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         pass
-`})
+`)
 	s := startServer(t, repo, "--disable-auto-complete-config")
 	log := s.Log()
 	for _, want := range []string{
