@@ -27,6 +27,13 @@ import (
 // binPath is the stubvisor binary built once for the whole suite.
 var binPath string
 
+// cacheDir is the --cache-dir every server of the suite shares: a Go model
+// is built once for the suite, not once per test that loads it (entries
+// are keyed by the server binary and the model's sources). Two servers
+// that run at once must not build the same Go model: the tests that run in
+// parallel load none.
+var cacheDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
@@ -39,6 +46,7 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binPath = filepath.Join(dir, "stubvisor")
+	cacheDir = filepath.Join(dir, "cache")
 	args := []string{"build", "-o", binPath}
 	if raceEnabled {
 		// Under -race the binary is checked too: a race it reports fails
@@ -69,8 +77,8 @@ type server struct {
 
 var listenRE = regexp.MustCompile(`listening: service=(\S+) address=(\S+)`)
 
-// startServer starts stubvisor with args (plus ports 0 and a private cache
-// dir) and waits until it listens. The server is stopped with SIGTERM at
+// startServer starts stubvisor with args (plus ports 0 and the suite's
+// cache dir) and waits until it listens. The server is stopped with SIGTERM at
 // cleanup, and the test fails if it leaves a process or /dev/shm entry.
 func startServer(t *testing.T, repo string, args ...string) *server {
 	t.Helper()
@@ -79,7 +87,7 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 	all := append([]string{
 		"--model-repository", repo, "--address", "127.0.0.1",
 		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-		"--cache-dir", filepath.Join(t.TempDir(), "cache"),
+		"--cache-dir", cacheDir,
 	}, args...)
 	s.cmd = exec.Command(binPath, all...)
 	stderr, err := s.cmd.StderrPipe()
