@@ -20,6 +20,11 @@ func TestExtractWritesEveryEmbeddedFile(t *testing.T) {
 		"stubvisor/__init__.py",
 		"stubvisor/__main__.py",
 		"stubvisor/host.py",
+		"stubvisor/execute.py",
+		"stubvisor/responses.py",
+		"stubvisor/lifecycle.py",
+		"stubvisor/bls.py",
+		"stubvisor/common.py",
 		"stubvisor/ipc.py",
 		"stubvisor/loader.py",
 	}

@@ -1,0 +1,152 @@
+"""BLS calls and the model loading API: requests this stub sends to the
+supervisor, and the answers it waits for. The Python side of
+supervisor/bls.go and modelctl.go."""
+
+import collections
+import ctypes
+import weakref
+
+import numpy as np
+
+import triton_python_backend_utils as pb
+
+from .common import (
+    _ARENA0,
+    _ARENA1,
+    _FINAL,
+    _INTERNAL,
+    _K_INFER_CANCEL,
+    _K_INFER_EXEC,
+    _K_MODEL_CONTROL,
+    _PoolExhausted,
+)
+
+
+class _Call:
+    """One BLS request in flight: the InferResult responses not yet taken."""
+
+    __slots__ = ("host", "id", "queue", "done", "__weakref__")
+
+    def __init__(self, host, call_id):
+        self.host = host
+        self.id = call_id
+        self.queue = collections.deque()
+        self.done = False
+
+    def take(self):
+        """Wait for the next wire response (pumping the channel)."""
+        queue = self.queue
+        self.host._wait(lambda: queue)
+        return queue.popleft()
+
+    def next_response(self):
+        if self.done and not self.queue:
+            return None
+        wire = self.take()
+        if wire[1] & _FINAL:
+            self.done = True
+        return self.host._bls_response(wire)
+
+    def cancel(self):
+        """Ask the supervisor to cancel the request (the callee sees
+        is_cancelled()); its responses still arrive, up to the final one."""
+        host = self.host
+        with host._cond:
+            open_ = self.id in host._calls  # its final response has not arrived
+        if open_:
+            host._send([_K_INFER_CANCEL, self.id])
+
+
+class BLSMixin:
+    """The part of Host that calls other models."""
+
+    def model_control(self, op, name, options):
+        """Run one operation of the model loading API on the server and
+        return its value; a failure raises TritonModelException."""
+        call_id = next(self._call_ids)
+        controls = self._controls
+        with self._cond:
+            controls[call_id] = None
+        self._send([_K_MODEL_CONTROL, call_id, op, name, options])
+        self._wait(lambda: controls[call_id] is not None)
+        with self._cond:
+            error, value = controls.pop(call_id)
+        if error:
+            raise pb.TritonModelException(error[1])
+        return value
+
+    def bls(self, request, decoupled):
+        call_id = next(self._call_ids)
+        inputs = []
+        try:
+            for t in request._inputs:
+                inputs.append(self._write_tensor(t))
+        except _PoolExhausted as exc:
+            self._free_owned([i[4] for i in inputs if i[5] and i[3] == _ARENA1])
+            # Triton answers with an error response, not an exception.
+            call = _Call(self, call_id)
+            call.queue.append([0, _FINAL, [_INTERNAL, "Failed to increase the shared memory pool size for the BLS "
+                                           "request inputs: %s" % (exc,)], [], ""])
+            if decoupled:
+                return pb._response_iterator(call)
+            return self._bls_response(call.queue.popleft())
+        wire = [call_id, request._id, request._correlation_id, request._flags, inputs,
+                request._requested, request._params, request._timeout]
+        trace = getattr(request._trace, "_context", "")
+        if trace:
+            wire += [None, trace]  # no output targets, then the trace context
+        call = _Call(self, call_id)
+        with self._cond:
+            self._calls[call_id] = call
+        self._send([_K_INFER_EXEC, call_id, request._model_name, request._model_version, wire, decoupled])
+        if decoupled:
+            iterator = pb._response_iterator(call)
+            weakref.finalize(iterator, self._drop_call, call_id)
+            return iterator
+        result = None
+        while True:
+            wire = call.take()
+            response = self._bls_response(wire)
+            if result is None or response._outputs or response._error is not None:
+                result = response
+            if wire[1] & _FINAL:
+                return result
+
+    def _drop_call(self, call_id):
+        with self._cond:
+            call = self._calls.pop(call_id, None)
+        if call is not None:
+            while call.queue:
+                for t in call.queue.popleft()[3]:
+                    if t[3] == _ARENA0 and t[5]:
+                        self._pending_free.append(t[4])
+
+    def _bls_response(self, wire):
+        """An InferenceResponse over a wire response whose outputs live in
+        arena 0: zero-copy numpy views, handed back with Free once the
+        model drops them (BYTES are copied out and handed back at once)."""
+        outputs = []
+        pending = self._pending_free
+        for t in wire[3]:
+            # Readers ignore trailing elements they do not know.
+            name, dtype, shape, loc, off, size = t[0], t[1], t[2], t[3], t[4], t[5]
+            if size == 0:
+                array = np.empty(shape, dtype=object if dtype == pb._BYTES else pb._WIRE_DTYPE[dtype])
+            elif dtype == pb._BYTES:
+                array = pb.deserialize_bytes_tensor(self._view(loc, off, size)).reshape(shape)
+                if loc == _ARENA0:
+                    pending.append(off)
+            else:
+                view = self._view(loc, off, size)
+                address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+                keep, array = pb._foreign_array(address, shape, pb._WIRE_DTYPE[dtype], view)
+                if loc == _ARENA0:
+                    weakref.finalize(keep, pending.append, off)
+            outputs.append(pb._tensor_from_array(name, dtype, array))
+        response = pb.InferenceResponse.__new__(pb.InferenceResponse)
+        response._outputs = outputs
+        error = wire[2]
+        response._error = pb.TritonError(error[1], error[0]) if error else None
+        response._params = wire[4] if len(wire) > 4 and wire[4] else ""
+        response._release = None
+        return response

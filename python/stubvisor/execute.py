@@ -1,0 +1,201 @@
+"""Execute, the hot path: an Execute message becomes pb_utils requests,
+the model runs, and what it returns (or leaves to a response sender) is
+collected. The Python side of supervisor/exchange.go."""
+
+import asyncio
+import functools
+import weakref
+
+import numpy as np
+
+import triton_python_backend_utils as pb
+
+from .common import (
+    _ARENA1,
+    _BYTES,
+    _CLIENT,
+    _CUDA,
+    _FINAL,
+    _INTERNAL,
+    _K_EXECUTE_DONE,
+    _K_RESPONSE,
+    _clip,
+)
+from .loader import StubError, describe
+
+
+class ExecuteMixin:
+    """The part of Host that runs execute."""
+
+    def _on_execute(self, msg):
+        batch_id = msg[1]
+        new_input = pb._input_tensor
+        new_request = pb._incoming_request
+        requests = []
+        on_device = None
+        for w in msg[2]:
+            inputs = [new_input(t[0], t[1], t[2], t[3], t[4] if t[3] < _CLIENT else (t[6], t[4]), t[5])
+                      for t in w[4]]
+            if len(w) > 8 and w[8]:
+                self._shm_targets[w[0]] = {o[0]: (o[1], o[2], o[3]) for o in w[8]}
+            for t in w[4]:
+                if t[3] == _CUDA:
+                    on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
+                    break
+            request = new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7])
+            if len(w) > 9 and w[9]:
+                request._trace = pb.InferenceTrace(w[9])
+            requests.append(request)
+        try:
+            if on_device:
+                self._inputs_to_host(on_device)
+            model = self.model
+            if model is None:
+                raise StubError("Python model '" + self.instance + "' is not initialized.")
+            execute = getattr(model, "execute", None)
+            if execute is None:
+                raise StubError("Python model " + self.model_file + " does not implement `execute` method.")
+            returned = execute(requests)
+            # iscoroutine costs an ABC check; the usual list is not one.
+            if type(returned) is not list and asyncio.iscoroutine(returned):
+                if self.decoupled:
+                    future = asyncio.run_coroutine_threadsafe(returned, self._async_loop())
+                    future.add_done_callback(functools.partial(self._background_done, requests))
+                    returned = None
+                else:
+                    returned = asyncio.run_coroutine_threadsafe(returned, self._async_loop()).result()
+            responses = self._collect(requests, returned)
+        except Exception as exc:
+            self._fail_batch(batch_id, requests, exc)
+            return
+        wire = self._wire_response
+        in_place = not self.decoupled
+        out = []
+        try:
+            for req, resp in responses:
+                out.append(wire(req, resp, _FINAL, in_place))
+        except Exception as exc:
+            self._free_owned([t[4] for r in out for t in r[3] if t[5] and t[3] == _ARENA1])
+            self._fail_batch(batch_id, requests, exc)
+            return
+        again = [r._handle for r in requests if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
+        pending = None if self.decoupled else self._left_to_sender(requests)
+        if pending:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out, again, pending])
+        elif again:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out, again])
+        else:
+            self._send([_K_EXECUTE_DONE, batch_id, None, out])
+        if self._cancelled and not self.decoupled:
+            for req in requests:
+                self._cancelled.discard(req._handle)
+        if self._pending_free:
+            self._flush_frees()
+
+    def _left_to_sender(self, requests):
+        """The handles of requests (of a model that is not decoupled) that
+        execute answered with None while holding their response sender,
+        which has sent nothing yet: the response comes later, as in Triton.
+        A sender dropped without sending ends its request with an error,
+        so no client waits forever."""
+        pending = []
+        for r in requests:
+            state = r._send_state
+            if (r._final or state is None or state.closed or state.sent
+                    or r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE):
+                continue
+            pending.append(r._handle)
+            self._open_senders.add(r._handle)
+            # A sender holds its request: the request goes when the model
+            # holds neither.
+            weakref.finalize(r, self._sender_dropped, r._handle)
+        return pending
+
+    def _sender_dropped(self, handle):
+        if handle in self._open_senders:
+            self._open_senders.discard(handle)
+            self._send([_K_RESPONSE, 0, [handle, _FINAL, [_INTERNAL, "the response sender of the request was "
+                                                              "released without sending a response"], [], ""]])
+
+    def _inputs_to_host(self, tensors):
+        """Copy inputs in CUDA memory to host memory: all of them when
+        FORCE_CPU_ONLY_INPUT_TENSORS is yes, BYTES ones always (as Triton)."""
+        for t in tensors:
+            if not self.force_cpu and t._dtype != _BYTES:
+                continue
+            _, (region_id, offset), size = t._src
+            data = self._cuda.read(region_id, offset, size)
+            if t._dtype == _BYTES:
+                array = pb.deserialize_bytes_tensor(data).reshape(t._shape)
+            else:
+                array = np.frombuffer(data, dtype=pb._WIRE_DTYPE[t._dtype]).reshape(t._shape)
+            t._np = array
+            t._src = None
+
+    def _collect(self, requests, returned):
+        """Check what execute returned (Triton's rules and texts) and pair
+        each response with its request."""
+        if returned is None:
+            return ()
+        if self.decoupled:
+            raise StubError("Python model '" + self.instance
+                            + "' is using the decoupled mode and the execute function must return None.")
+        if not isinstance(returned, list):
+            raise StubError("Expected a list in the execute return, found type '" + str(type(returned)) + "'.")
+        if len(returned) != len(requests):
+            raise StubError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                "InferenceRequest(s) size is:%d, and InferenceResponse(s) size is:%d\n" % (len(requests), len(returned)))
+        pairs = []
+        response_type = pb.InferenceResponse
+        for req, resp in zip(requests, returned):
+            if resp is None:
+                continue
+            if req._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                raise StubError("Expected a None object in the execute function return list for reschduled "
+                                "request, found type '" + str(type(resp)) + "'.")
+            if not isinstance(resp, response_type):
+                raise StubError("Expected an 'InferenceResponse' object in the execute function return list, "
+                                "found type '" + str(type(resp)) + "'.")
+            if req._send_state is not None:
+                req.get_response_sender()._update(resp, _FINAL)
+            req._final = True
+            pairs.append((req, resp))
+        return pairs
+
+    def _batch_error_text(self, exc):
+        return _clip("Failed to process the request(s) for model '" + self.instance + "', message: " + describe(exc))
+
+    def _fail_batch(self, batch_id, requests, exc):
+        text = self._batch_error_text(exc)
+        self._diag("ERROR", text)
+        # The supervisor fails every request without a final response; no
+        # more responses may be sent for them.
+        for req in requests:
+            req._final = True
+            self._shm_targets.pop(req._handle, None)
+            state = req._send_state
+            if state is not None:
+                with state.lock:
+                    state.closed = True
+        self._send([_K_EXECUTE_DONE, batch_id, [_INTERNAL, text], []])
+        for req in requests:
+            self._cancelled.discard(req._handle)
+
+    def _background_done(self, requests, future):
+        """An async decoupled execute finished on the loop thread. If it
+        raised, log it and end every request it left open with the error."""
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            return
+        text = self._batch_error_text(exc)
+        self._diag("ERROR", text)
+        for req in requests:
+            response = pb.InferenceResponse(error=pb.TritonError(text))
+            try:
+                req.get_response_sender()._update(response, _FINAL)
+            except pb.TritonModelException:
+                continue  # the model already sent its final response
+            self.send_response(req, response, _FINAL)

@@ -1,0 +1,144 @@
+"""The commands around execute (AutoComplete, Initialize, IsReady,
+Finalize) and the small runtime calls pb_utils makes (logging,
+is_cancelled). The Python side of supervisor/process.go's life cycle."""
+
+import asyncio
+import json
+import os
+import sys
+import threading
+
+import triton_python_backend_utils as pb
+
+from .common import (
+    _INTERNAL,
+    _IS_READY_TIMEOUT,
+    _K_LOG,
+    _K_RESULT,
+    _clip,
+    _exit_now,
+)
+from .loader import StubError, describe, import_model
+
+
+class LifecycleMixin:
+    """The part of Host that runs the model's life cycle."""
+
+    def is_cancelled(self, handle):
+        if handle in self._cancelled:
+            return True
+        self._drain()
+        return handle in self._cancelled
+
+    def bls_allowed(self):
+        return self.initialized and not self.finalizing
+
+    def log(self, level, message, filename, line):
+        self._send([_K_LOG, 0, level, _clip(message), filename, line])
+
+    def _diag(self, level, message):
+        frame = sys._getframe(1)
+        self._send([_K_LOG, 0, level, _clip(message), os.path.basename(frame.f_code.co_filename), frame.f_lineno])
+
+    def _reply(self, msg_id, error, value):
+        self._send([_K_RESULT, msg_id, error, value])
+
+    def _load_module(self, model_file):
+        if self.module is not None and self.model_file == model_file:
+            return self.module
+        self.model_file = model_file
+        self.model_dir = os.path.dirname(os.path.abspath(model_file))
+        self.module = import_model(model_file)
+        return self.module
+
+    def _on_auto_complete(self, msg):
+        msg_id, options, config_json = msg[1], msg[2], msg[3]
+        try:
+            module = self._load_module(options["model_file"])
+            cls = getattr(module, "TritonPythonModel")
+            config = pb.ModelConfig(config_json)
+            if hasattr(cls, "auto_complete_config"):
+                config = cls.auto_complete_config(config)
+            if not isinstance(config, pb.ModelConfig):
+                raise StubError("auto_complete_config function in model '" + self.instance
+                                + "' must return a valid pb.ModelConfig object.")
+            result = json.dumps(config._model_config)
+        except Exception as exc:
+            text = _clip(describe(exc))
+            self._diag("ERROR", "Failed to initialize Python stub for auto-complete: " + text)
+            self._reply(msg_id, [_INTERNAL, text], None)
+            return
+        self._reply(msg_id, None, result)
+
+    def _on_initialize(self, msg):
+        msg_id, args, options = msg[1], msg[2], msg[3]
+        try:
+            self.decoupled = bool(options.get("decoupled", False))
+            self.force_cpu = bool(options.get("force_cpu_only_input_tensors", True))
+            self.model_name = args.get("model_name", self.instance)
+            try:
+                self.model_version = int(args.get("model_version", "-1"))
+            except ValueError:
+                self.model_version = -1
+            module = self._load_module(options["model_file"])
+            self.model = getattr(module, "TritonPythonModel")()
+            # BLS stays refused until initialize has returned, as in Triton
+            # ("BLS is only supported during the 'execute' function.").
+            if hasattr(self.model, "initialize"):
+                self.model.initialize(dict(args))
+            self.initialized = True
+        except Exception as exc:
+            self.model = None
+            text = _clip(describe(exc))
+            self._diag("ERROR", "Failed to initialize Python stub: " + text)
+            self._reply(msg_id, [_INTERNAL, text], None)
+            return
+        # Tell the supervisor whether readiness requests must ask the model.
+        self._reply(msg_id, None, {"is_ready": True} if hasattr(self.model, "is_ready") else None)
+
+    def _on_is_ready(self, msg):
+        msg_id = msg[1]
+        model = self.model
+        check = getattr(model, "is_ready", None) if model is not None else None
+        if check is None:
+            self._reply(msg_id, None, model is not None)
+            return
+        try:
+            ready = check()
+            if asyncio.iscoroutine(ready):
+                ready = asyncio.run_coroutine_threadsafe(ready, self._async_loop()).result(_IS_READY_TIMEOUT)
+        except Exception as exc:
+            text = describe(exc)
+            self._diag("ERROR", "is_ready() failed: " + text)
+            self._reply(msg_id, [_INTERNAL, text], False)
+            return
+        if not isinstance(ready, bool):
+            text = "is_ready() must return a bool, found type '%s'." % (type(ready),)
+            self._diag("ERROR", text)
+            self._reply(msg_id, [_INTERNAL, text], False)
+            return
+        self._reply(msg_id, None, ready)
+
+    def _on_finalize(self, msg):
+        self.finalizing = True
+        loop = self._aloop
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        model = self.model
+        if model is not None and self.initialized and hasattr(model, "finalize"):
+            try:
+                model.finalize()
+            except Exception as exc:
+                self._diag("ERROR", "finalize() failed: " + describe(exc))
+        self._stop.set()
+        self._flush_frees()
+        self._reply(msg[1], None, None)
+        _exit_now(0)
+
+    def _async_loop(self):
+        loop = self._aloop
+        if loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="stubvisor-asyncio", daemon=True).start()
+            self._aloop = loop
+        return loop
