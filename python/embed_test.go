@@ -25,6 +25,7 @@ func TestExtractWritesEveryEmbeddedFile(t *testing.T) {
 		"stubvisor/lifecycle.py",
 		"stubvisor/bls.py",
 		"stubvisor/common.py",
+		"stubvisor/fields.py",
 		"stubvisor/ipc.py",
 		"stubvisor/loader.py",
 	}

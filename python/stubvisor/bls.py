@@ -20,6 +20,20 @@ from .common import (
     _K_MODEL_CONTROL,
     _PoolExhausted,
 )
+from .fields import (
+    E_CODE,
+    E_MESSAGE,
+    RS_ERROR,
+    RS_FLAGS,
+    RS_OUTPUTS,
+    RS_PARAMETERS_JSON,
+    T_DATA_TYPE,
+    T_LOC,
+    T_NAME,
+    T_OFFSET,
+    T_SHAPE,
+    T_SIZE,
+)
 
 
 class _Call:
@@ -43,7 +57,7 @@ class _Call:
         if self.done and not self.queue:
             return None
         wire = self.take()
-        if wire[1] & _FINAL:
+        if wire[RS_FLAGS] & _FINAL:
             self.done = True
         return self.host._bls_response(wire)
 
@@ -72,7 +86,7 @@ class BLSMixin:
         with self._cond:
             error, value = controls.pop(call_id)
         if error:
-            raise pb.TritonModelException(error[1])
+            raise pb.TritonModelException(error[E_MESSAGE])
         return value
 
     def bls(self, request, decoupled):
@@ -82,7 +96,7 @@ class BLSMixin:
             for t in request._inputs:
                 inputs.append(self._write_tensor(t))
         except _PoolExhausted as exc:
-            self._free_owned([i[4] for i in inputs if i[5] and i[3] == _ARENA1])
+            self._free_owned([i[T_OFFSET] for i in inputs if i[T_SIZE] and i[T_LOC] == _ARENA1])
             # Triton answers with an error response, not an exception.
             call = _Call(self, call_id)
             call.queue.append([0, _FINAL, [_INTERNAL, "Failed to increase the shared memory pool size for the BLS "
@@ -109,7 +123,7 @@ class BLSMixin:
             response = self._bls_response(wire)
             if result is None or response._outputs or response._error is not None:
                 result = response
-            if wire[1] & _FINAL:
+            if wire[RS_FLAGS] & _FINAL:
                 return result
 
     def _drop_call(self, call_id):
@@ -117,9 +131,14 @@ class BLSMixin:
             call = self._calls.pop(call_id, None)
         if call is not None:
             while call.queue:
-                for t in call.queue.popleft()[3]:
-                    if t[3] == _ARENA0 and t[5]:
-                        self._pending_free.append(t[4])
+                self._return_blocks(call.queue.popleft())
+
+    def _return_blocks(self, wire):
+        """Hand back, with the next Free, the arena 0 blocks of a BLS
+        response nobody will read."""
+        for t in wire[RS_OUTPUTS]:
+            if t[T_LOC] == _ARENA0 and t[T_SIZE]:
+                self._pending_free.append(t[T_OFFSET])
 
     def _bls_response(self, wire):
         """An InferenceResponse over a wire response whose outputs live in
@@ -127,9 +146,10 @@ class BLSMixin:
         model drops them (BYTES are copied out and handed back at once)."""
         outputs = []
         pending = self._pending_free
-        for t in wire[3]:
+        for t in wire[RS_OUTPUTS]:
             # Readers ignore trailing elements they do not know.
-            name, dtype, shape, loc, off, size = t[0], t[1], t[2], t[3], t[4], t[5]
+            name, dtype, shape, loc, off, size = (t[T_NAME], t[T_DATA_TYPE], t[T_SHAPE], t[T_LOC], t[T_OFFSET],
+                                                  t[T_SIZE])
             if size == 0:
                 array = np.empty(shape, dtype=object if dtype == pb._BYTES else pb._WIRE_DTYPE[dtype])
             elif dtype == pb._BYTES:
@@ -145,8 +165,8 @@ class BLSMixin:
             outputs.append(pb._tensor_from_array(name, dtype, array))
         response = pb.InferenceResponse.__new__(pb.InferenceResponse)
         response._outputs = outputs
-        error = wire[2]
-        response._error = pb.TritonError(error[1], error[0]) if error else None
-        response._params = wire[4] if len(wire) > 4 and wire[4] else ""
+        error = wire[RS_ERROR]
+        response._error = pb.TritonError(error[E_MESSAGE], error[E_CODE]) if error else None
+        response._params = wire[RS_PARAMETERS_JSON] if len(wire) > RS_PARAMETERS_JSON and wire[RS_PARAMETERS_JSON] else ""
         response._release = None
         return response

@@ -21,6 +21,32 @@ from .common import (
     _K_RESPONSE,
     _clip,
 )
+from .fields import (
+    EXECUTE_REQUESTS,
+    M_ID,
+    O_NAME,
+    O_OFFSET,
+    O_REGION_ID,
+    O_SIZE,
+    RS_OUTPUTS,
+    R_CORRELATION_ID,
+    R_FLAGS,
+    R_HANDLE,
+    R_ID,
+    R_INPUTS,
+    R_OUTPUT_TARGETS,
+    R_PARAMETERS_JSON,
+    R_REQUESTED_OUTPUTS,
+    R_TIMEOUT_MICROS,
+    R_TRACE_CONTEXT,
+    T_DATA_TYPE,
+    T_LOC,
+    T_NAME,
+    T_OFFSET,
+    T_REGION_ID,
+    T_SHAPE,
+    T_SIZE,
+)
 from .loader import StubError, describe
 
 
@@ -28,23 +54,26 @@ class ExecuteMixin:
     """The part of Host that runs execute."""
 
     def _on_execute(self, msg):
-        batch_id = msg[1]
+        batch_id = msg[M_ID]
         new_input = pb._input_tensor
         new_request = pb._incoming_request
         requests = []
         on_device = None
-        for w in msg[2]:
-            inputs = [new_input(t[0], t[1], t[2], t[3], t[4] if t[3] < _CLIENT else (t[6], t[4]), t[5])
-                      for t in w[4]]
-            if len(w) > 8 and w[8]:
-                self._shm_targets[w[0]] = {o[0]: (o[1], o[2], o[3]) for o in w[8]}
-            for t in w[4]:
-                if t[3] == _CUDA:
+        for w in msg[EXECUTE_REQUESTS]:
+            inputs = [new_input(t[T_NAME], t[T_DATA_TYPE], t[T_SHAPE], t[T_LOC],
+                                t[T_OFFSET] if t[T_LOC] < _CLIENT else (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])
+                      for t in w[R_INPUTS]]
+            if len(w) > R_OUTPUT_TARGETS and w[R_OUTPUT_TARGETS]:
+                self._shm_targets[w[R_HANDLE]] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
+                                                  for o in w[R_OUTPUT_TARGETS]}
+            for t in w[R_INPUTS]:
+                if t[T_LOC] == _CUDA:
                     on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
                     break
-            request = new_request(self, w[0], w[1], w[2], w[3], inputs, w[5], w[6], w[7])
-            if len(w) > 9 and w[9]:
-                request._trace = pb.InferenceTrace(w[9])
+            request = new_request(self, w[R_HANDLE], w[R_ID], w[R_CORRELATION_ID], w[R_FLAGS], inputs,
+                                  w[R_REQUESTED_OUTPUTS], w[R_PARAMETERS_JSON], w[R_TIMEOUT_MICROS])
+            if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
+                request._trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
             requests.append(request)
         try:
             if on_device:
@@ -75,7 +104,7 @@ class ExecuteMixin:
             for req, resp in responses:
                 out.append(wire(req, resp, _FINAL, in_place))
         except Exception as exc:
-            self._free_owned([t[4] for r in out for t in r[3] if t[5] and t[3] == _ARENA1])
+            self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
             self._fail_batch(batch_id, requests, exc)
             return
         again = [r._handle for r in requests if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]

@@ -34,7 +34,6 @@ import triton_python_backend_utils as pb
 from . import ipc
 from .clientshm import ClientRegions
 from .common import (
-    _ARENA0,
     _CANCELLED_MAX,
     _CLIENT,
     _COMMANDS,
@@ -57,6 +56,21 @@ from .common import (
     _PUMP_SLICE,
     _PeerDead,
     _exit_now,
+)
+from .fields import (
+    CONTROL_RESULT_ERROR,
+    CONTROL_RESULT_VALUE,
+    INFER_RESULT_RESPONSE,
+    MAP_CUDA_HANDLE,
+    MAP_DEVICE_ID,
+    MAP_OFFSET,
+    MAP_REGION_ID,
+    MAP_SIZE,
+    M_ID,
+    M_KIND,
+    RELEASE_OFFSETS,
+    RS_FLAGS,
+    UNMAP_REGION_ID,
 )
 from .cuda import CudaRegions
 from .loader import describe
@@ -154,13 +168,13 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         handlers = self._handlers
         while True:
             msg = self._next_command()
-            handler = handlers.get(msg[0])
+            handler = handlers.get(msg[M_KIND])
             try:
                 handler(msg)
             except _PeerDead:
                 _exit_now(1)
             except Exception as exc:
-                self._diag("ERROR", "stub failed to handle message kind %r: %s" % (msg[0], describe(exc)))
+                self._diag("ERROR", "stub failed to handle message kind %r: %s" % (msg[M_KIND], describe(exc)))
 
     def _heartbeat(self):
         parent = os.getppid()
@@ -205,49 +219,46 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                         self._cond.notify_all()
             if msg is None:
                 continue
-            if msg[0] in _COMMANDS:
+            if msg[M_KIND] in _COMMANDS:
                 return msg
             self._dispatch(msg)
 
     def _dispatch(self, msg):
         """Handle a message read by whoever holds the reader lock."""
-        kind = msg[0]
+        kind = msg[M_KIND]
         if kind == _K_RELEASE:
-            self._free_owned(msg[2])
+            self._free_owned(msg[RELEASE_OFFSETS])
         elif kind == _K_CANCEL:
             cancelled = self._cancelled
             if len(cancelled) >= _CANCELLED_MAX:
                 cancelled.clear()
-            cancelled.add(msg[1])
+            cancelled.add(msg[M_ID])
         elif kind == _K_INFER_RESULT:
-            wire = msg[2]
+            wire = msg[INFER_RESULT_RESPONSE]
             with self._cond:
-                call = self._calls.get(msg[1])
+                call = self._calls.get(msg[M_ID])
                 if call is not None:
                     call.queue.append(wire)
-                    if wire[1] & _FINAL:
-                        del self._calls[msg[1]]
+                    if wire[RS_FLAGS] & _FINAL:
+                        del self._calls[msg[M_ID]]
                     self._cond.notify_all()
             if call is None:
-                # Nobody waits for it any more: hand its blocks back.
-                for t in wire[3]:
-                    if t[3] == _ARENA0 and t[5]:
-                        self._pending_free.append(t[4])
+                self._return_blocks(wire)  # nobody waits for it any more
         elif kind == _K_CONTROL_RESULT:
             with self._cond:
-                if msg[1] in self._controls:
-                    self._controls[msg[1]] = (msg[2], msg[3])
+                if msg[M_ID] in self._controls:
+                    self._controls[msg[M_ID]] = (msg[CONTROL_RESULT_ERROR], msg[CONTROL_RESULT_VALUE])
                     self._cond.notify_all()
         elif kind == _K_MAP_REGION:
-            if len(msg) > 6 and msg[5] is not None:
-                self._cuda.map(msg[2], msg[3], msg[4], msg[5], msg[6])
+            if len(msg) > MAP_DEVICE_ID and msg[MAP_CUDA_HANDLE] is not None:
+                self._cuda.map(msg[MAP_REGION_ID], msg[MAP_OFFSET], msg[MAP_SIZE], msg[MAP_CUDA_HANDLE], msg[MAP_DEVICE_ID])
             else:
-                self._shm.map(msg[2], msg[3], msg[4])
+                self._shm.map(msg[MAP_REGION_ID], msg[MAP_OFFSET], msg[MAP_SIZE])
         elif kind == _K_UNMAP_REGION:
-            self._shm.unmap(msg[2])
-            self._cuda.unmap(msg[2])
+            self._shm.unmap(msg[UNMAP_REGION_ID])
+            self._cuda.unmap(msg[UNMAP_REGION_ID])
         elif kind == _K_COLLECT_METRICS:
-            self._reply(msg[1], None, pb._collect_metrics())
+            self._reply(msg[M_ID], None, pb._collect_metrics())
         elif kind in _COMMANDS:
             self._commands.append(msg)
             with self._cond:

@@ -18,6 +18,13 @@ from .common import (
     _clip,
     _exit_now,
 )
+from .fields import (
+    AUTO_COMPLETE_CONFIG_JSON,
+    AUTO_COMPLETE_OPTIONS,
+    INITIALIZE_ARGS,
+    INITIALIZE_OPTIONS,
+    M_ID,
+)
 from .loader import StubError, describe, import_model
 
 
@@ -52,7 +59,7 @@ class LifecycleMixin:
         return self.module
 
     def _on_auto_complete(self, msg):
-        msg_id, options, config_json = msg[1], msg[2], msg[3]
+        msg_id, options, config_json = msg[M_ID], msg[AUTO_COMPLETE_OPTIONS], msg[AUTO_COMPLETE_CONFIG_JSON]
         try:
             module = self._load_module(options["model_file"])
             cls = getattr(module, "TritonPythonModel")
@@ -71,7 +78,7 @@ class LifecycleMixin:
         self._reply(msg_id, None, result)
 
     def _on_initialize(self, msg):
-        msg_id, args, options = msg[1], msg[2], msg[3]
+        msg_id, args, options = msg[M_ID], msg[INITIALIZE_ARGS], msg[INITIALIZE_OPTIONS]
         try:
             self.decoupled = bool(options.get("decoupled", False))
             self.force_cpu = bool(options.get("force_cpu_only_input_tensors", True))
@@ -97,7 +104,7 @@ class LifecycleMixin:
         self._reply(msg_id, None, {"is_ready": True} if hasattr(self.model, "is_ready") else None)
 
     def _on_is_ready(self, msg):
-        msg_id = msg[1]
+        msg_id = msg[M_ID]
         model = self.model
         check = getattr(model, "is_ready", None) if model is not None else None
         if check is None:
@@ -132,7 +139,7 @@ class LifecycleMixin:
                 self._diag("ERROR", "finalize() failed: " + describe(exc))
         self._stop.set()
         self._flush_frees()
-        self._reply(msg[1], None, None)
+        self._reply(msg[M_ID], None, None)
         _exit_now(0)
 
     def _async_loop(self):

@@ -16,6 +16,11 @@ from .common import (
     _NONE,
     _PoolExhausted,
 )
+from .fields import (
+    T_LOC,
+    T_OFFSET,
+    T_SIZE,
+)
 
 
 class ResponsesMixin:
@@ -109,17 +114,17 @@ class ResponsesMixin:
                 if targets is not None and t._name in targets:
                     out, error = self._write_client(t, targets[t._name])
                     if error is not None:
-                        self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
+                        self._free_owned([o[T_OFFSET] for o in outputs if o[T_SIZE] and o[T_LOC] == _ARENA1])
                         return [request._handle, flags, error, [], ""]
                     outputs.append(out)
                     continue
                 outputs.append(self._write_tensor(t, inputs))
         except _PoolExhausted as exc:
-            self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
+            self._free_owned([o[T_OFFSET] for o in outputs if o[T_SIZE] and o[T_LOC] == _ARENA1])
             return [request._handle, flags, [_INTERNAL, "Failed to allocate the response outputs in the shared "
                                              "memory pool: %s" % (exc,)], [], ""]
         except BaseException:
-            self._free_owned([o[4] for o in outputs if o[5] and o[3] == _ARENA1])
+            self._free_owned([o[T_OFFSET] for o in outputs if o[T_SIZE] and o[T_LOC] == _ARENA1])
             raise
         return [request._handle, flags, None, outputs, response._params]
 
