@@ -50,40 +50,25 @@ def _pack_len(out, n, fix_base, fix_max, m8, m16, m32):
         raise ValueError("object too large for MessagePack: %d" % n)
 
 
+# (bound, marker, layout) of the int formats past the fixints, smallest
+# first: unsigned for positive values, signed for negative ones.
+_UINTS = ((0xFF, 0xCC, _B), (0xFFFF, 0xCD, _H), (0xFFFFFFFF, 0xCE, _I), (0xFFFFFFFFFFFFFFFF, 0xCF, _Q))
+_INTS = ((-0x80, 0xD0, _b), (-0x8000, 0xD1, _h), (-0x80000000, 0xD2, _i), (-0x8000000000000000, 0xD3, _q))
+
+
 def _pack_int(out, v):
     if 0 <= v <= 0x7F:
         out.append(v)
-    elif -32 <= v < 0:
+        return
+    if -32 <= v < 0:
         out.append(v & 0xFF)
-    elif v > 0:
-        if v <= 0xFF:
-            out.append(0xCC)
-            out.append(v)
-        elif v <= 0xFFFF:
-            out.append(0xCD)
-            out += _H.pack(v)
-        elif v <= 0xFFFFFFFF:
-            out.append(0xCE)
-            out += _I.pack(v)
-        elif v <= 0xFFFFFFFFFFFFFFFF:
-            out.append(0xCF)
-            out += _Q.pack(v)
-        else:
-            raise OverflowError("Integer value out of range")
-    elif v >= -0x80:
-        out.append(0xD0)
-        out += _b.pack(v)
-    elif v >= -0x8000:
-        out.append(0xD1)
-        out += _h.pack(v)
-    elif v >= -0x80000000:
-        out.append(0xD2)
-        out += _i.pack(v)
-    elif v >= -0x8000000000000000:
-        out.append(0xD3)
-        out += _q.pack(v)
-    else:
-        raise OverflowError("Integer value out of range")
+        return
+    for bound, marker, layout in _UINTS if v > 0 else _INTS:
+        if (v <= bound) if v > 0 else (v >= bound):
+            out.append(marker)
+            out += layout.pack(v)
+            return
+    raise OverflowError("Integer value out of range")
 
 
 def _pack(out, obj, depth):
