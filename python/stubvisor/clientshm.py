@@ -35,6 +35,18 @@ class _Region:
         self.size = size
 
 
+def checked_region(regions, what, region_id, offset, size):
+    """The region of regions (id -> object with .size) that [offset,
+    offset+size) lies in; ValueError naming what kind of memory it is
+    when the region is not mapped or the range leaves it."""
+    region = regions.get(region_id)
+    if region is None:
+        raise ValueError("%s shared memory region %d is not mapped in this stub" % (what, region_id))
+    if offset < 0 or size < 0 or offset + size > region.size:
+        raise ValueError("%s shared memory [%d, +%d) outside the region's %d bytes" % (what, offset, size, region.size))
+    return region
+
+
 class ClientRegions:
     """The regions the supervisor asked this stub to map, by region id."""
 
@@ -101,12 +113,7 @@ class ClientRegions:
 
     def view(self, region_id, offset, size):
         """A writable view of size bytes at offset in a mapped region."""
-        region = self._regions.get(region_id)
-        if region is None:
-            raise ValueError("client shared memory region %d is not mapped in this stub" % region_id)
-        if offset < 0 or size < 0 or offset + size > region.size:
-            raise ValueError("client shared memory [%d, +%d) outside the region's %d bytes"
-                             % (offset, size, region.size))
+        region = checked_region(self._regions, "client", region_id, offset, size)
         return region.view[offset:offset + size]
 
     def mapped(self):

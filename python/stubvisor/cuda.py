@@ -18,6 +18,8 @@ import threading
 
 import numpy as np
 
+from .clientshm import checked_region
+
 ENV_LIBRARY = "STUBVISOR_LIBCUDA"
 DEFAULT_LIBRARY = "libcuda.so.1"
 HANDLE_SIZE = 64
@@ -248,12 +250,7 @@ class CudaRegions:
     def place(self, region_id, offset, size):
         """(device, device pointer) of [offset, offset+size) in a region,
         opening its handle on first use. Raises ValueError outside it."""
-        region = self._regions.get(region_id)
-        if region is None:
-            raise ValueError("CUDA shared memory region %d is not mapped in this stub" % region_id)
-        if offset < 0 or size < 0 or offset + size > region.size:
-            raise ValueError("CUDA shared memory [%d, +%d) outside the region's %d bytes"
-                             % (offset, size, region.size))
+        region = checked_region(self._regions, "CUDA", region_id, offset, size)
         if region.ptr is None:
             with self._lock:
                 if region.ptr is None:
