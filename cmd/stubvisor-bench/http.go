@@ -30,20 +30,13 @@ func init() {
 	register("http", "KServe v2 HTTP infer against bin/stubvisor, with a net/http echo yardstick", runHTTPBench)
 }
 
-// httpAddSub16 is add_sub with 16 elements per tensor (testdata's has 4).
-const httpAddSub16 = `name: "add_sub"
-backend: "python"
-max_batch_size: 0
-input [
-  { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-  { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
-]
-output [
-  { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-  { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }
-]
-instance_group [{ kind: KIND_CPU }]
-`
+// httpAddSub16 is add_sub with 16 elements per tensor (testdata's has 4),
+// one instance; httpAddSubBatched is the same model under Triton's dynamic
+// batcher, which hands the requests queued for the instance to one execute.
+var (
+	httpAddSub16      = addSubConfig("add_sub", "max_batch_size: 0", 1)
+	httpAddSubBatched = addSubConfig("add_sub_batched", "max_batch_size: 64\ndynamic_batching {}", 1)
+)
 
 // httpCase is one benchmark case: a request replayed by conns callers.
 type httpCase struct {
@@ -64,6 +57,13 @@ func httpCases() ([]httpCase, error) {
 	addSub, err := json.Marshal(map[string]any{"inputs": []map[string]any{
 		{"name": "INPUT0", "shape": []int{16}, "datatype": "FP32", "data": vals},
 		{"name": "INPUT1", "shape": []int{16}, "datatype": "FP32", "data": vals},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	addSubRow, err := json.Marshal(map[string]any{"inputs": []map[string]any{
+		{"name": "INPUT0", "shape": []int{1, 16}, "datatype": "FP32", "data": vals},
+		{"name": "INPUT1", "shape": []int{1, 16}, "datatype": "FP32", "data": vals},
 	}})
 	if err != nil {
 		return nil, err
@@ -95,6 +95,8 @@ func httpCases() ([]httpCase, error) {
 		{"add_sub-16xFP32-json-c1", 1, "/v2/models/add_sub/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c16", 16, "/v2/models/add_sub/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c64", 64, "/v2/models/add_sub/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c16-dynbatch", 16, "/v2/models/add_sub_batched/infer", addSubRow, jsonHdr},
+		{"add_sub-16xFP32-json-c64-dynbatch", 64, "/v2/models/add_sub_batched/infer", addSubRow, jsonHdr},
 		{"identity-16xBYTES-json-c16", 16, "/v2/models/identity_all/infer", strings16, jsonHdr},
 		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
 	}, nil
@@ -125,7 +127,8 @@ func runHTTPBench(args []string) error {
 		extra = append(extra, "--stub-spin", *spin)
 	}
 	env, err := newBenchEnv("http", sf,
-		benchModel{"add_sub", "add_sub", httpAddSub16}, benchModel{"identity_fp32", "identity_fp32", ""},
+		benchModel{"add_sub", "add_sub", httpAddSub16},
+		benchModel{"add_sub_batched", "add_sub", httpAddSubBatched}, benchModel{"identity_fp32", "identity_fp32", ""},
 		benchModel{"identity_all", "identity_all", ""}, benchModel{"token_gen", "token_gen", ""})
 	if err != nil {
 		return err
