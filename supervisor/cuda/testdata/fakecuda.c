@@ -61,6 +61,20 @@ struct block {
 	int owned; /* 1: cuMemAlloc, 0: cuIpcOpenMemHandle */
 };
 
+/* Every call but cuInit fails like the driver before cuInit, and on a
+ * device ordinal the machine does not have. */
+#define NEED_INIT()                         \
+	do {                                \
+		if (!initialized)           \
+			return NOT_INITIALIZED; \
+	} while (0)
+#define NEED_DEVICE(d)                                  \
+	do {                                            \
+		NEED_INIT();                            \
+		if ((d) < 0 || (d) >= devices)          \
+			return INVALID_DEVICE;          \
+	} while (0)
+
 #define MAX_BLOCKS 256
 static struct block blocks[MAX_BLOCKS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -69,10 +83,16 @@ static int devices;
 static __thread CUcontext current;
 
 static int need_ctx(void) {
-	if (!initialized)
-		return NOT_INITIALIZED;
+	NEED_INIT();
 	return current ? OK : INVALID_CONTEXT;
 }
+
+#define NEED_CTX()                      \
+	do {                            \
+		CUresult rc_ = need_ctx(); \
+		if (rc_)                \
+			return rc_;     \
+	} while (0)
 
 /* find returns the block holding [p, p+n), or NULL. Caller holds mu. */
 static struct block *find(uintptr_t p, size_t n) {
@@ -103,8 +123,7 @@ CUresult cuInit(unsigned int flags) {
 }
 
 CUresult cuDeviceGetCount(int *count) {
-	if (!initialized)
-		return NOT_INITIALIZED;
+	NEED_INIT();
 	if (!count)
 		return INVALID_VALUE;
 	*count = devices;
@@ -112,40 +131,30 @@ CUresult cuDeviceGetCount(int *count) {
 }
 
 CUresult cuDeviceGet(CUdevice *dev, int ordinal) {
-	if (!initialized)
-		return NOT_INITIALIZED;
-	if (ordinal < 0 || ordinal >= devices)
-		return INVALID_DEVICE;
+	NEED_DEVICE(ordinal);
 	*dev = ordinal;
 	return OK;
 }
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
-	if (!initialized)
-		return NOT_INITIALIZED;
-	if (dev < 0 || dev >= devices)
-		return INVALID_DEVICE;
+	NEED_DEVICE(dev);
 	*ctx = (CUcontext)(uintptr_t)(0x1000 + dev);
 	return OK;
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-	if (!initialized)
-		return NOT_INITIALIZED;
-	return dev < 0 || dev >= devices ? INVALID_DEVICE : OK;
+	NEED_DEVICE(dev);
+	return OK;
 }
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
-	if (!initialized)
-		return NOT_INITIALIZED;
+	NEED_INIT();
 	current = ctx;
 	return OK;
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	if (!dptr || size == 0)
 		return INVALID_VALUE;
 	int fd = memfd_create("fakecuda", MFD_CLOEXEC);
@@ -179,9 +188,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
 }
 
 static CUresult drop(CUdeviceptr dptr, int owned) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	pthread_mutex_lock(&mu);
 	struct block *b = NULL;
 	for (int i = 0; i < MAX_BLOCKS; i++)
@@ -204,9 +211,7 @@ static CUresult drop(CUdeviceptr dptr, int owned) {
 CUresult cuMemFree_v2(CUdeviceptr dptr) { return drop(dptr, 1); }
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	pthread_mutex_lock(&mu);
 	struct block *b = find((uintptr_t)dptr, 0);
 	struct block copy = b ? *b : (struct block){0};
@@ -224,9 +229,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr dptr) {
 }
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsigned int flags) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	if (!dptr || flags > 1)
 		return INVALID_VALUE;
 	if (memcmp(h.reserved, magic, 8) != 0)
@@ -267,9 +270,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *dptr, CUipcMemHandle h, unsigned int
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) { return drop(dptr, 0); }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dptr) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	pthread_mutex_lock(&mu);
 	struct block *b = find((uintptr_t)dptr, 0);
 	struct block copy = b ? *b : (struct block){0};
@@ -284,9 +285,7 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr dp
 }
 
 static CUresult check(uintptr_t dev, size_t n) {
-	int rc = need_ctx();
-	if (rc)
-		return rc;
+	NEED_CTX();
 	pthread_mutex_lock(&mu);
 	struct block *b = find(dev, n);
 	pthread_mutex_unlock(&mu);
