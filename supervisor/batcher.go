@@ -60,11 +60,18 @@ const (
 	msgQueueFull      = "Exceeds maximum queue size"
 )
 
-func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching) *dynamicBatcher {
+// newDynamicBatcher batches by the requests' batch dimension up to
+// max_batch_size, or, for a model without one (max_batch_size 0), counts
+// each request as one up to perExecute (db may be nil: no queue delay).
+func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching, perExecute int) *dynamicBatcher {
+	limit := mv.sig.maxBatch
+	if limit == 0 {
+		limit = int64(perExecute)
+	}
 	b := &dynamicBatcher{
 		mv:       mv,
 		capacity: mv.sig.maxBatch,
-		rule:     newBatchRule(mv.sig.maxBatch, db.GetPreferredBatchSize(), db.GetMaxQueueDelayMicroseconds()),
+		rule:     newBatchRule(limit, db.GetPreferredBatchSize(), db.GetMaxQueueDelayMicroseconds()),
 		wake:     make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
 		done:     make(chan struct{}),

@@ -20,7 +20,7 @@ import (
 func batcherModel(t *testing.T, maxBatch int64, db *inferencepb.ModelDynamicBatching) (*modelVersion, *dynamicBatcher) {
 	t.Helper()
 	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *batch)}
-	b := newDynamicBatcher(mv, db)
+	b := newDynamicBatcher(mv, db, 1)
 	t.Cleanup(b.stop)
 	return mv, b
 }

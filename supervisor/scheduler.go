@@ -1,7 +1,11 @@
 package supervisor
 
+import "github.com/stubvisor/stubvisor/backendapi/modelconfig"
+
 // newScheduler picks the scheduler a model's config asks for: the
-// sequence batcher, the dynamic batcher, or one execute per request.
+// sequence batcher, the dynamic batcher (also for a max_batch_size 0 model
+// that takes several requests per execute: MAX_REQUESTS_PER_EXECUTE), or
+// one execute per request.
 //
 // The batchers make the model queue unbuffered: a batch then changes hands
 // only when a stub has a free pipeline slot, and until that moment the
@@ -12,10 +16,10 @@ func newScheduler(mv *modelVersion) (scheduler, error) {
 		mv.queue = make(chan *batch)
 		mv.pipelineDepth = batchPipelineDepth
 		return newSequenceBatcher(mv, mv.cfg.GetSequenceBatching())
-	case mv.cfg.GetDynamicBatching() != nil:
+	case mv.cfg.GetDynamicBatching() != nil || modelconfig.RequestsPerExecute(mv.cfg) > 1:
 		mv.queue = make(chan *batch)
 		mv.pipelineDepth = batchPipelineDepth
-		return newDynamicBatcher(mv, mv.cfg.GetDynamicBatching()), nil
+		return newDynamicBatcher(mv, mv.cfg.GetDynamicBatching(), modelconfig.RequestsPerExecute(mv.cfg)), nil
 	}
 	return &defaultScheduler{mv: mv}, nil
 }

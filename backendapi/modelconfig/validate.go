@@ -522,9 +522,57 @@ const (
 	// conda-pack tar.gz); $$TRITON_MODEL_DIRECTORY expands to the model
 	// directory.
 	ParamExecutionEnvPath = "EXECUTION_ENV_PATH"
+	// paramMaxRequestsPerExecute (an integer from 1 to maxRequestsPerExecute)
+	// lets a model with max_batch_size 0 receive up to that many of the
+	// requests queued for an instance in one execute call. It is
+	// stubvisor's own: Triton hands such a model one request per execute,
+	// and a model written for that may read only requests[0].
+	paramMaxRequestsPerExecute = "MAX_REQUESTS_PER_EXECUTE"
+	maxRequestsPerExecute      = 1024
 )
 
+// RequestsPerExecute is how many queued requests one execute call of a
+// max_batch_size 0 model may receive (MAX_REQUESTS_PER_EXECUTE), 1 when
+// the parameter is absent. The config was validated.
+func RequestsPerExecute(cfg *inferencepb.ModelConfig) int {
+	v, ok := Parameter(cfg, paramMaxRequestsPerExecute)
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// validateRequestsPerExecute checks MAX_REQUESTS_PER_EXECUTE: a whole
+// number in range, on a model that has no batch dimension and no sequence
+// batcher (both already decide what one execute receives).
+func validateRequestsPerExecute(cfg *inferencepb.ModelConfig) error {
+	v, ok := Parameter(cfg, paramMaxRequestsPerExecute)
+	if !ok {
+		return nil
+	}
+	name := cfg.GetName()
+	if n, err := strconv.Atoi(v); err != nil || n < 1 || n > maxRequestsPerExecute {
+		return invalidf("parameter %s of model '%s' must be a whole number from 1 to %d, got '%s'",
+			paramMaxRequestsPerExecute, name, maxRequestsPerExecute, v)
+	}
+	switch {
+	case cfg.GetMaxBatchSize() > 0:
+		return invalidf("parameter %s of model '%s' applies to models with max_batch_size 0; a model with a batch dimension gets several requests per execute from dynamic_batching",
+			paramMaxRequestsPerExecute, name)
+	case cfg.GetSequenceBatching() != nil:
+		return invalidf("parameter %s of model '%s' cannot be used with sequence_batching", paramMaxRequestsPerExecute, name)
+	}
+	return nil
+}
+
 func validateParameters(cfg *inferencepb.ModelConfig) error {
+	if err := validateRequestsPerExecute(cfg); err != nil {
+		return err
+	}
 	if cfg.GetBackend() != KindPython {
 		return nil
 	}

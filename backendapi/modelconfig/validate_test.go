@@ -296,6 +296,15 @@ func TestValidate(t *testing.T) {
 			"histogram options must specify non-empty 'buckets'", backendapi.InvalidArg},
 		{"FORCE_CPU_ONLY_INPUT_TENSORS", io + `parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value { string_value: "maybe" } }`,
 			"Incorrect value for FORCE_CPU_ONLY_INPUT_TENSORS: maybe'", backendapi.Unsupported},
+		{"valid MAX_REQUESTS_PER_EXECUTE", io + `parameters { key: "MAX_REQUESTS_PER_EXECUTE" value { string_value: "8" } }`, "", 0},
+		{"MAX_REQUESTS_PER_EXECUTE not a number", io + `parameters { key: "MAX_REQUESTS_PER_EXECUTE" value { string_value: "many" } }`,
+			"parameter MAX_REQUESTS_PER_EXECUTE of model 'm' must be a whole number from 1 to 1024, got 'many'", backendapi.InvalidArg},
+		{"MAX_REQUESTS_PER_EXECUTE zero", io + `parameters { key: "MAX_REQUESTS_PER_EXECUTE" value { string_value: "0" } }`,
+			"parameter MAX_REQUESTS_PER_EXECUTE of model 'm' must be a whole number from 1 to 1024, got '0'", backendapi.InvalidArg},
+		{"MAX_REQUESTS_PER_EXECUTE with a batch dimension", `max_batch_size: 4 ` + io + `parameters { key: "MAX_REQUESTS_PER_EXECUTE" value { string_value: "8" } }`,
+			"parameter MAX_REQUESTS_PER_EXECUTE of model 'm' applies to models with max_batch_size 0; a model with a batch dimension gets several requests per execute from dynamic_batching", backendapi.InvalidArg},
+		{"MAX_REQUESTS_PER_EXECUTE with sequence batching", io + `sequence_batching { } parameters { key: "MAX_REQUESTS_PER_EXECUTE" value { string_value: "8" } }`,
+			"parameter MAX_REQUESTS_PER_EXECUTE of model 'm' cannot be used with sequence_batching", backendapi.InvalidArg},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

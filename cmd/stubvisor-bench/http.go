@@ -32,10 +32,14 @@ func init() {
 
 // httpAddSub16 is add_sub with 16 elements per tensor (testdata's has 4),
 // one instance; httpAddSubBatched is the same model under Triton's dynamic
-// batcher, which hands the requests queued for the instance to one execute.
+// batcher, which hands the requests queued for the instance to one execute;
+// httpAddSubMany keeps max_batch_size 0 and takes the queued requests with
+// MAX_REQUESTS_PER_EXECUTE.
 var (
 	httpAddSub16      = addSubConfig("add_sub", "max_batch_size: 0", 1)
 	httpAddSubBatched = addSubConfig("add_sub_batched", "max_batch_size: 64\ndynamic_batching {}", 1)
+	httpAddSubMany    = addSubConfig("add_sub_many",
+		"max_batch_size: 0\nparameters { key: \"MAX_REQUESTS_PER_EXECUTE\" value { string_value: \"64\" } }", 1)
 )
 
 // httpCase is one benchmark case: a request replayed by conns callers.
@@ -97,6 +101,8 @@ func httpCases() ([]httpCase, error) {
 		{"add_sub-16xFP32-json-c64", 64, "/v2/models/add_sub/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c16-dynbatch", 16, "/v2/models/add_sub_batched/infer", addSubRow, jsonHdr},
 		{"add_sub-16xFP32-json-c64-dynbatch", 64, "/v2/models/add_sub_batched/infer", addSubRow, jsonHdr},
+		{"add_sub-16xFP32-json-c16-many", 16, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c64-many", 64, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
 		{"identity-16xBYTES-json-c16", 16, "/v2/models/identity_all/infer", strings16, jsonHdr},
 		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
 	}, nil
@@ -128,7 +134,8 @@ func runHTTPBench(args []string) error {
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16},
-		benchModel{"add_sub_batched", "add_sub", httpAddSubBatched}, benchModel{"identity_fp32", "identity_fp32", ""},
+		benchModel{"add_sub_batched", "add_sub", httpAddSubBatched}, benchModel{"add_sub_many", "add_sub", httpAddSubMany},
+		benchModel{"identity_fp32", "identity_fp32", ""},
 		benchModel{"identity_all", "identity_all", ""}, benchModel{"token_gen", "token_gen", ""})
 	if err != nil {
 		return err
