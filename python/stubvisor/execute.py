@@ -49,32 +49,46 @@ from .fields import (
 )
 from .loader import StubError, describe
 
+_RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+
 
 class ExecuteMixin:
     """The part of Host that runs execute."""
 
     def _on_execute(self, msg):
         batch_id = msg[M_ID]
-        new_input = pb._input_tensor
-        new_request = pb._incoming_request
+        tensor = pb._tensor
+        fill = pb._fill_request
+        new_request = pb._new_request
+        request_type = pb.InferenceRequest
+        model_name = self.model_name
+        model_version = self.model_version
+        memory = pb._DEFAULT_PREFERRED_MEMORY
         requests = []
         on_device = None
         for w in msg[EXECUTE_REQUESTS]:
-            inputs = [new_input(t[T_NAME], t[T_DATA_TYPE], t[T_SHAPE], t[T_LOC],
-                                t[T_OFFSET] if t[T_LOC] < _CLIENT else (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])
-                      for t in w[R_INPUTS]]
-            if len(w) > R_OUTPUT_TARGETS and w[R_OUTPUT_TARGETS]:
-                self._shm_targets[w[R_HANDLE]] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
-                                                  for o in w[R_OUTPUT_TARGETS]}
+            inputs = []
+            cuda = False
             for t in w[R_INPUTS]:
-                if t[T_LOC] == _CUDA:
-                    on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
-                    break
-            request = new_request(self, w[R_HANDLE], w[R_ID], w[R_CORRELATION_ID], w[R_FLAGS], inputs,
-                                  w[R_REQUESTED_OUTPUTS], w[R_PARAMETERS_JSON], w[R_TIMEOUT_MICROS])
-            if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
-                request._trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
-            requests.append(request)
+                loc = t[T_LOC]
+                if loc < _CLIENT:
+                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE], (loc, t[T_OFFSET], t[T_SIZE])))
+                else:
+                    cuda = cuda or loc == _CUDA
+                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE],
+                                         (loc, (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])))
+            trace = pb._DEFAULT_TRACE
+            if len(w) > R_OUTPUT_TARGETS:
+                if w[R_OUTPUT_TARGETS]:
+                    self._shm_targets[w[R_HANDLE]] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
+                                                      for o in w[R_OUTPUT_TARGETS]}
+                if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
+                    trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
+            if cuda:
+                on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
+            requests.append(fill(new_request(request_type), self, w[R_HANDLE], w[R_ID], w[R_CORRELATION_ID],
+                                 w[R_FLAGS], inputs, w[R_REQUESTED_OUTPUTS], w[R_PARAMETERS_JSON],
+                                 w[R_TIMEOUT_MICROS], model_name, model_version, memory, trace))
         try:
             if on_device:
                 self._inputs_to_host(on_device)
@@ -97,22 +111,29 @@ class ExecuteMixin:
         except Exception as exc:
             self._fail_batch(batch_id, requests, exc)
             return
-        wire = self._wire_response
-        in_place = not self.decoupled
         out = []
-        try:
-            for req, resp in responses:
-                out.append(wire(req, resp, _FINAL, in_place))
-        except Exception as exc:
-            self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
-            self._fail_batch(batch_id, requests, exc)
-            return
-        again = [r._handle for r in requests if r._release_flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE]
-        pending = None if self.decoupled else self._left_to_sender(requests)
-        if pending:
-            self._send([_K_EXECUTE_DONE, batch_id, None, out, again, pending])
-        elif again:
-            self._send([_K_EXECUTE_DONE, batch_id, None, out, again])
+        if responses:
+            wire = self._wire_response
+            try:
+                for req, resp in responses:
+                    out.append(wire(req, resp, _FINAL, True))
+            except Exception as exc:
+                self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
+                self._fail_batch(batch_id, requests, exc)
+                return
+        # One pass for the rare cases: rescheduled requests and response
+        # senders the model holds.
+        for r in requests:
+            if r._send_state is not None or r._release_flags == _RESCHEDULE:
+                again = [r._handle for r in requests if r._release_flags == _RESCHEDULE]
+                pending = None if self.decoupled else self._left_to_sender(requests)
+                if pending:
+                    self._send([_K_EXECUTE_DONE, batch_id, None, out, again, pending])
+                elif again:
+                    self._send([_K_EXECUTE_DONE, batch_id, None, out, again])
+                else:
+                    self._send([_K_EXECUTE_DONE, batch_id, None, out])
+                break
         else:
             self._send([_K_EXECUTE_DONE, batch_id, None, out])
         if self._cancelled and not self.decoupled:

@@ -56,16 +56,19 @@ class ResponsesMixin:
         for its final response from execute), an output that is one of
         their arrays as it came is described in place, without a copy."""
         array = tensor._np
-        if array is not None and array.nbytes <= _INLINE_MAX and tensor._dtype != _BYTES and array.ndim:
-            # The common small output: its bytes travel in the message.
+        if array is not None and tensor._dtype != _BYTES:
+            # A shape goes out as the tuple numpy has (msgpack packs it as
+            # an array).
             size = array.nbytes
-            if size:
-                return [tensor._name, tensor._dtype, list(array.shape), _INLINE, 0, size, array.tobytes()]
-            return [tensor._name, tensor._dtype, list(array.shape), _NONE, 0, 0]
-        if inputs is not None and array is not None and tensor._dtype != _BYTES:
-            off = self._input_offset(inputs, array)
-            if off is not None:
-                return [tensor._name, tensor._dtype, list(array.shape), _ARENA0, off, array.nbytes]
+            if size <= _INLINE_MAX and array.ndim:
+                # The common small output: its bytes travel in the message.
+                if size:
+                    return [tensor._name, tensor._dtype, array.shape, _INLINE, 0, size, array.tobytes()]
+                return [tensor._name, tensor._dtype, array.shape, _NONE, 0, 0]
+            if inputs is not None:
+                off = self._input_offset(inputs, array)
+                if off is not None:
+                    return [tensor._name, tensor._dtype, array.shape, _ARENA0, off, size]
         data, size, shape = tensor._payload()
         if size == 0:
             return [tensor._name, tensor._dtype, shape, _NONE, 0, 0]
