@@ -3,12 +3,9 @@ package ipc
 import (
 	"bytes"
 	"errors"
-	"os"
 	"reflect"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -240,11 +237,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sup.Close()
-	fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stub, err := Attach(os.NewFile(uintptr(fd), "dup"))
+	stub, err := attachDup(sup)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/shmpool"
-	"golang.org/x/sys/unix"
 )
 
 func TestViewBounds(t *testing.T) {
@@ -72,11 +71,7 @@ func TestAttachRejects(t *testing.T) {
 			noLeaks(t)
 			sup := testConn(t, DefaultSettings())
 			tc.corrupt(sup.region.Bytes()[:HeaderSize])
-			fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := Attach(os.NewFile(uintptr(fd), "dup"))
+			c, err := attachDup(sup)
 			if err == nil {
 				c.Close()
 				t.Fatal("attach accepted a corrupt header")
@@ -97,7 +92,7 @@ func TestAttachRejects(t *testing.T) {
 		l.encode(h)
 		f.Write(h)
 		f.Truncate(int64(l.arena0))
-		if c, err := Attach(f); err == nil {
+		if c, err := Attach(f, nil); err == nil {
 			c.Close()
 			t.Fatal("attach accepted a regular file")
 		}

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/stubvisor/stubvisor/shmpool"
 )
@@ -404,11 +401,7 @@ func TestGrowthWhilePeerHoldsViews(t *testing.T) {
 func pair(t *testing.T, s Settings) (sup, stub *Conn) {
 	t.Helper()
 	sup = testConn(t, s)
-	fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stub, err = Attach(os.NewFile(uintptr(fd), "dup"))
+	stub, err := attachDup(sup)
 	if err != nil {
 		t.Fatal(err)
 	}
