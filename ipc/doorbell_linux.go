@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,7 @@ import (
 // on reader_sleeping.
 type doorbell struct {
 	f  *os.File // pollable: reads park in the netpoller, with deadlines
+	rc syscall.RawConn
 	fd int
 	// stub is a second descriptor of the same eventfd for a stub's extra
 	// files. It was opened while the eventfd was still blocking, so
@@ -46,6 +48,10 @@ func newDoorbell() (_ *doorbell, err error) {
 	}
 	b := &doorbell{stub: os.NewFile(uintptr(dup), "stubvisor-doorbell-stub")}
 	b.f, b.fd = os.NewFile(uintptr(fd), "stubvisor-doorbell"), fd
+	if b.rc, err = b.f.SyscallConn(); err != nil {
+		b.close()
+		return nil, fmt.Errorf("ipc: doorbell: %w", err)
+	}
 	return b, nil
 }
 
@@ -74,11 +80,23 @@ var bellOne = binary.LittleEndian.AppendUint64(nil, 1)
 // is already rung.
 func (b *doorbell) ring() { unix.Write(b.fd, bellOne) }
 
-// wait sleeps until the bell rings or d passes, and clears it.
+// wait sleeps until the bell rings or d passes, and clears it. It parks
+// before it reads: the last wait left the counter at zero, so a first
+// read would only fail with EAGAIN, a system call for nothing. The
+// netpoller remembers an edge that came while nobody waited, so a ring
+// between two waits is not lost.
 func (b *doorbell) wait(d time.Duration) {
 	var buf [8]byte
 	b.f.SetReadDeadline(time.Now().Add(d))
-	b.f.Read(buf[:])
+	parked := false
+	b.rc.Read(func(fd uintptr) bool {
+		if !parked {
+			parked = true
+			return false
+		}
+		unix.Read(int(fd), buf[:])
+		return true
+	})
 }
 
 func (b *doorbell) close() error {
