@@ -69,10 +69,23 @@ type pending struct {
 	// stub running it is told (Cancel), so request.is_cancelled() turns
 	// true in the model.
 	cancelled atomic.Bool
+
+	// solo and soloItems are the one-request batch of the default
+	// scheduler, allocated with the request.
+	solo      batch
+	soloItems [1]*pending
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
 	return &pending{ctx: ctx, req: req, trace: req.Trace, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
+}
+
+// soloBatch returns the request's own one-request batch. A request is
+// enqueued once, so the batch is used once.
+func (p *pending) soloBatch() *batch {
+	p.soloItems[0] = p
+	p.solo.items = p.soloItems[:]
+	return &p.solo
 }
 
 // respond delivers one response. It reports whether the caller took the

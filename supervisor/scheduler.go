@@ -29,7 +29,7 @@ func newScheduler(mv *modelVersion) (scheduler, error) {
 type defaultScheduler struct{ mv *modelVersion }
 
 func (s *defaultScheduler) enqueue(pr *pending) error {
-	b := &batch{items: []*pending{pr}}
+	b := pr.soloBatch()
 	if p := s.mv.freeStub(); p != nil {
 		p.execute(b)
 		return nil
