@@ -152,12 +152,26 @@ func (p *stubProc) dispatch() {
 // execute copies a batch's inputs into the supervisor's arena and sends it.
 func (p *stubProc) execute(b *batch) {
 	mv := p.inst.mv
-	reqs := make([]ipc.Request, 0, len(b.items))
-	// A new slice: the batchers still read the list they handed over.
-	live := make([]*pending, 0, len(b.items))
+	var reqs []ipc.Request
+	if len(b.items) <= len(b.msgReqs) {
+		reqs = b.msgReqs[:0]
+	} else {
+		reqs = make([]ipc.Request, 0, len(b.items))
+	}
+	// While no request drops out, live is the list as handed over; after
+	// that a new slice, because the batchers still read their list.
+	live := b.items
+	dropped := false
+	drop := func(i int) {
+		if !dropped {
+			dropped = true
+			live = append(make([]*pending, 0, len(b.items)-1), b.items[:i]...)
+		}
+	}
 	now := time.Now()
-	for _, pr := range b.items {
+	for i, pr := range b.items {
 		if pr.gone() || !pr.hold() {
+			drop(i)
 			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
 			continue
 		}
@@ -169,11 +183,14 @@ func (p *stubProc) execute(b *batch) {
 		}
 		pr.unhold()
 		if err != nil {
+			drop(i)
 			mv.finish(pr, nil, err, true)
 			continue
 		}
 		reqs = append(reqs, r)
-		live = append(live, pr)
+		if dropped {
+			live = append(live, pr)
+		}
 	}
 	if len(live) == 0 {
 		p.slots <- struct{}{}
@@ -205,7 +222,12 @@ func (p *stubProc) execute(b *batch) {
 	for _, pr := range live {
 		pr.assign(p)
 	}
-	err := p.conn.Send(&ipc.ExecuteMsg{BatchID: b.id, Requests: reqs})
+	// The message lives in the batch (Send encodes it at once), and lets
+	// go of the requests once sent.
+	b.msg = ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}
+	err := p.conn.Send(&b.msg)
+	b.msg = ipc.ExecuteMsg{}
+	clear(reqs)
 	p.sendMu.Unlock()
 	if err != nil {
 		// The receiver fails the batch once the death is confirmed; a

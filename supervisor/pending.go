@@ -275,6 +275,10 @@ type batch struct {
 	// sequences), takes each request the model released with RESCHEDULE.
 	// Without it such a request fails.
 	requeue func(*pending)
+	// msg and msgReqs are where execute builds the Execute message of a
+	// one-request batch, so that sending it allocates nothing.
+	msg     ipc.ExecuteMsg
+	msgReqs [1]ipc.Request
 }
 
 // onEnd registers f to run once the request has ended (right away when it
