@@ -424,7 +424,12 @@ func (p *stubProc) deliver(r *ipc.Response) {
 		}
 	}
 	p.mu.Unlock()
+	var sr *stubResponse
 	var offs []uint64
+	if pr != nil {
+		sr = new(stubResponse)
+		offs = sr.offBuf[:0]
+	}
 	for _, t := range r.Outputs {
 		if t.Loc == ipc.LocArena1 && t.Size > 0 {
 			offs = append(offs, t.Offset)
@@ -434,7 +439,7 @@ func (p *stubProc) deliver(r *ipc.Response) {
 		p.release(offs)
 		return
 	}
-	resp, err := p.response(pr, r, offs, final)
+	resp, err := p.response(sr, pr, r, offs, final)
 	if free {
 		p.freeInputs(pr)
 	}

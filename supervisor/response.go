@@ -12,9 +12,38 @@ import (
 // errBadOutput is a stub's output descriptor pointing where it may not.
 var errBadOutput = errors.New("output in the wrong place")
 
-// response builds the front end's view of a stub response: outputs alias
-// the stub's arena until Release.
-func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64, final bool) (*backendapi.InferResponse, error) {
+// stubResponse is a response built from a stub's, with room for the
+// outputs and arena blocks of a small one and what its release needs, so
+// that a small response takes one allocation (and its release func one).
+type stubResponse struct {
+	resp   backendapi.InferResponse
+	outBuf [2]backendapi.OutputTensor
+	offBuf [2]uint64
+
+	p     *stubProc
+	pr    *pending
+	offs  []uint64
+	bytes uint64
+	held  bool
+}
+
+// release gives the response's blocks back: the stub's output blocks and,
+// when it holds them, the request's input blocks.
+func (sr *stubResponse) release() {
+	p := sr.p
+	if sr.held {
+		p.freeOwn(sr.pr.inputs)
+	}
+	p.releaseLater(sr.offs, sr.bytes)
+	p.mu.Lock()
+	p.refs--
+	p.mu.Unlock()
+	p.maybeUnmap()
+}
+
+// response builds the front end's view of a stub response in sr: outputs
+// alias the stub's arena until Release.
+func (p *stubProc) response(sr *stubResponse, pr *pending, r *ipc.Response, offs []uint64, final bool) (*backendapi.InferResponse, error) {
 	held := false
 	if r.Error != nil {
 		p.release(offs)
@@ -27,7 +56,11 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64, final b
 	}
 	defer pr.unhold()
 	mv := p.inst.mv
-	resp := &backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: make([]backendapi.OutputTensor, 0, len(r.Outputs))}
+	resp := &sr.resp
+	*resp = backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: sr.outBuf[:0]}
+	if len(r.Outputs) > len(sr.outBuf) {
+		resp.Outputs = make([]backendapi.OutputTensor, 0, len(r.Outputs))
+	}
 	if r.ParametersJSON != "" && r.ParametersJSON != "{}" {
 		params, err := parseParametersJSON(r.ParametersJSON)
 		if err != nil {
@@ -88,16 +121,8 @@ func (p *stubProc) response(pr *pending, r *ipc.Response, offs []uint64, final b
 		p.mu.Lock()
 		p.refs++
 		p.mu.Unlock()
-		resp.SetRelease(func() {
-			if held {
-				p.freeOwn(pr.inputs)
-			}
-			p.releaseLater(offs, bytes)
-			p.mu.Lock()
-			p.refs--
-			p.mu.Unlock()
-			p.maybeUnmap()
-		})
+		sr.p, sr.pr, sr.offs, sr.bytes, sr.held = p, pr, offs, bytes, held
+		resp.SetRelease(sr.release)
 	}
 	return resp, nil
 }
