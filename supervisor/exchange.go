@@ -498,7 +498,19 @@ func (p *stubProc) flushReleases() {
 	offs := p.relOffs
 	p.relOffs, p.relBytes = nil, 0
 	p.relMu.Unlock()
+	if len(offs) == 0 {
+		return
+	}
 	p.release(offs)
+	// Send has encoded the list: it can take the next blocks, unless
+	// others started a new one meanwhile.
+	if cap(offs) <= 2*releaseBatch {
+		p.relMu.Lock()
+		if p.relOffs == nil {
+			p.relOffs = offs[:0]
+		}
+		p.relMu.Unlock()
+	}
 }
 
 const (
