@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 )
@@ -270,14 +271,14 @@ func (s *Server) writeInferResponse(w http.ResponseWriter, r *http.Request, c *i
 	h := w.Header()
 	if binary > 0 {
 		h[hdrContentType] = ctOctetStream
-		h[hdrInferHeaderLength] = []string{strconv.Itoa(len(out))}
+		h[hdrInferHeaderLength] = headerInt(int64(len(out)))
 	} else {
 		h[hdrContentType] = ctJSON
 	}
 	enc := responseEncoding(r.Header.Get("Accept-Encoding"))
 	if enc == "" {
 		total := int64(len(out)) + binary
-		h["Content-Length"] = []string{strconv.FormatInt(total, 10)}
+		h["Content-Length"] = headerInt(total)
 		w.WriteHeader(http.StatusOK)
 		if _, err := w.Write(out); err != nil {
 			return nil // the client went away; nothing to report to it
@@ -297,6 +298,24 @@ func (s *Server) writeInferResponse(w http.ResponseWriter, r *http.Request, c *i
 	}
 	_ = zw.Close()
 	return nil
+}
+
+// headerInts are the header values of the numbers below their count (the
+// Content-Length of small replies), each made when first used and shared
+// after, as ctJSON is: a header value is replaced, never written to.
+var headerInts [4096]atomic.Pointer[[]string]
+
+// headerInt returns the header value of n.
+func headerInt(n int64) []string {
+	if n < 0 || n >= int64(len(headerInts)) {
+		return []string{strconv.FormatInt(n, 10)}
+	}
+	if v := headerInts[n].Load(); v != nil {
+		return *v
+	}
+	v := []string{strconv.FormatInt(n, 10)}
+	headerInts[n].Store(&v)
+	return v
 }
 
 func writeBinaryOutputs(w io.Writer, c *inferCall, resp *backendapi.InferResponse) error {
