@@ -66,10 +66,10 @@ func (c *inferCall) parseInput(model string, bin *[]byte, hdrGiven bool) error {
 		switch string(key) {
 		case "name":
 			f.hasName = true
-			return sc.keep(&f.nameErr, at, c.readStringField(&f.name, "Unable to parse 'name'"))
+			return sc.keep(&f.nameErr, at, c.readNameField(&f.name, "Unable to parse 'name'"))
 		case "datatype":
 			f.hasDatatype = true
-			return sc.keep(&f.datatypeErr, at, c.readStringField(&f.datatype, "Unable to parse 'datatype'"))
+			return sc.keep(&f.datatypeErr, at, c.readNameField(&f.datatype, "Unable to parse 'datatype'"))
 		case "shape":
 			f.hasShape = true
 			c.shapes = c.shapes[:f.shapeAt]

@@ -32,7 +32,7 @@ func (c *inferCall) parseOutput() error {
 		switch string(key) {
 		case "name":
 			f.hasName = true
-			return sc.keep(&f.nameErr, at, c.readStringField(&f.name, "Unable to parse 'name'"))
+			return sc.keep(&f.nameErr, at, c.readNameField(&f.name, "Unable to parse 'name'"))
 		case "parameters":
 			return sc.keep(&f.paramsErr, at, c.readOutputParams(&f))
 		}

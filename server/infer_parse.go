@@ -41,6 +41,10 @@ type inferCall struct {
 	defaultKind outKind
 	sc          jsonScanner
 	out         []byte
+	// names are tensor names and datatypes seen by earlier requests,
+	// kept across uses of the call (intern).
+	names    []string
+	nextName int
 }
 
 // maxPooledBuffer caps the buffers a pooled call keeps, so that one huge
@@ -237,6 +241,41 @@ func (c *inferCall) readStringField(dst *string, context string) error {
 	b, err := c.sc.readString()
 	*dst = string(b)
 	return err
+}
+
+// readNameField is readStringField for the strings that repeat from one
+// request to the next (tensor names, datatypes): a string this pooled call
+// read before is reused instead of allocated again.
+func (c *inferCall) readNameField(dst *string, context string) error {
+	if c.sc.kind() != kindString {
+		return fieldError(context, msgNotString)
+	}
+	b, err := c.sc.readString()
+	*dst = c.intern(b)
+	return err
+}
+
+// maxNames bounds the strings a pooled call keeps for intern.
+const maxNames = 16
+
+// intern returns b as a string, one of c.names when it is there.
+func (c *inferCall) intern(b []byte) string {
+	for _, n := range c.names {
+		if n == string(b) {
+			return n
+		}
+	}
+	n := string(b)
+	if len(n) > 64 {
+		return n
+	}
+	if len(c.names) < maxNames {
+		c.names = append(c.names, n)
+	} else {
+		c.names[c.nextName] = n
+		c.nextName = (c.nextName + 1) % maxNames
+	}
+	return n
 }
 
 // readUintField reads a non-negative integer into *dst.
