@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,17 +24,23 @@ const DefaultBodyTimeout = 30 * time.Second
 // and a stale deadline there would cancel the request), and by done.
 type stallGuard struct {
 	body    io.ReadCloser
-	rc      *http.ResponseController
+	rc      http.ResponseController
 	timeout time.Duration
 	armedAt time.Time // when the deadline was last pushed back; zero when cleared
 }
 
-// guardBody makes r's body a stallGuard when the request has one.
+// guardPool holds stallGuards between requests: a handler may not read
+// the body once it returned, so the guard is free again then (end).
+var guardPool = sync.Pool{New: func() any { return new(stallGuard) }}
+
+// guardBody makes r's body a stallGuard when the request has one. The
+// caller calls end when the handler returned.
 func guardBody(w http.ResponseWriter, r *http.Request, timeout time.Duration) *stallGuard {
 	if timeout <= 0 || r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
 		return nil
 	}
-	g := &stallGuard{body: r.Body, rc: http.NewResponseController(w), timeout: timeout}
+	g := guardPool.Get().(*stallGuard)
+	*g = stallGuard{body: r.Body, rc: *http.NewResponseController(w), timeout: timeout}
 	r.Body = g
 	return g
 }
@@ -66,6 +73,16 @@ func (g *stallGuard) done() {
 		_ = g.rc.SetReadDeadline(time.Time{})
 		g.armedAt = time.Time{}
 	}
+}
+
+// end is done once the handler returned, and puts the guard back.
+func (g *stallGuard) end() {
+	if g == nil {
+		return
+	}
+	g.done()
+	*g = stallGuard{}
+	guardPool.Put(g)
 }
 
 // grpcBodyRate is the slowest transfer a gRPC request message may have:

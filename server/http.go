@@ -23,7 +23,7 @@ import (
 // percent-decoded, so a model name may contain an encoded '/'. Anything else
 // is 404 {"error":"Not Found"}; a known path with the wrong method is 405.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
-	defer guardBody(w, r, s.bodyTTL).done()
+	defer guardBody(w, r, s.bodyTTL).end()
 	p := r.URL.EscapedPath()
 	switch p {
 	case "/":
