@@ -78,26 +78,19 @@ func unescapeSegment(w http.ResponseWriter, seg string) (string, bool) {
 
 // routeModel handles /v2/models/{m}[/versions/{v}][/{kind}].
 func (s *Server) routeModel(w http.ResponseWriter, r *http.Request, rest string) bool {
-	name, tail, _ := strings.Cut(rest, "/")
+	name, kind, _ := strings.Cut(rest, "/")
 	if name == "" {
 		return false
 	}
-	if tail != "" {
-		tail = "/" + tail
-	}
 	version := ""
-	if t, ok := strings.CutPrefix(tail, "/versions/"); ok {
+	if t, ok := strings.CutPrefix(kind, "versions/"); ok {
 		v, after, _ := strings.Cut(t, "/")
 		if v == "" || strings.Trim(v, "0123456789") != "" {
 			return false
 		}
 		version = v
-		tail = ""
-		if after != "" {
-			tail = "/" + after
-		}
+		kind = after
 	}
-	kind := strings.TrimPrefix(tail, "/")
 	switch kind {
 	case "", "infer", "ready", "config", "stats", "stubs", "generate", "generate_stream":
 	case "trace/setting":
