@@ -199,6 +199,13 @@ func (p *pending) tellStub(sp *stubProc) {
 // itself instead of being woken by another goroutine that did.
 func (p *pending) await() bool {
 	for {
+		// Most often the request ended while this caller read the ring
+		// itself: see that without a select over every channel.
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
 		var assigned, lead chan struct{}
 		sp := p.runner.Load()
 		if sp == nil {
