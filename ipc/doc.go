@@ -95,14 +95,15 @@
 // # Messages
 //
 // A frame payload is one msgpack array whose first element is the message
-// kind and whose second is an id (0 when unused). Tensor bytes never travel
-// in a message; a tensor is described by
+// kind and whose second is an id (0 when unused). Only small tensors'
+// bytes travel in a message (LocInline); a tensor is described by
 //
 //	[name str, dtype int (backendapi.DataType), shape [int], loc int, offset int, size int]
 //
 // where loc is LocArena0 (supervisor arena), LocArena1 (stub arena),
 // LocNone (zero bytes) or LocInline (the bytes themselves follow as a 7th
-// element: stubs send tensors of at most InlineMax bytes so, for which an
+// element: stubs send tensors of at most InlineMax bytes so, and the
+// supervisor an Execute's inputs of at most InlineMax bytes, for which an
 // arena block costs more than the copy); offset is relative to the arena
 // start (LocClient
 // and LocCUDA, client shared memory and client CUDA memory, and their extra

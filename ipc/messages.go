@@ -127,7 +127,9 @@ const (
 	// 7th element (a bin). Stubs use it for outputs and BLS inputs of at
 	// most InlineMax bytes, where an arena block would cost more than it
 	// saves: an allocation, a view, and a Release round trip to free it.
-	// Only the supervisor reads it; it sends inputs in its arena.
+	// The supervisor uses it for Execute inputs of at most InlineMax
+	// bytes while the message's inline bytes stay within a quarter of a
+	// frame; larger inputs go in its arena.
 	LocInline = 5
 )
 

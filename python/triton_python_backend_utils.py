@@ -710,6 +710,10 @@ _view = None
 # (device, pointer); lease(region_id) -> an object that keeps the memory
 # mapped while it lives).
 _LOC_CUDA = 4
+# A small input's bytes came in the message (stubvisor.ipc.LOC_INLINE): its
+# _src is (_LOC_INLINE, bytes, len(bytes)), and the model gets a writable
+# copy of them, as it gets a writable view of the pool.
+_LOC_INLINE = 5
 _cuda = None
 
 
@@ -717,7 +721,8 @@ class Tensor:
     """A named tensor: an input of a request or an output of a response.
 
     Inputs the server hands to execute are zero-copy views of the shared
-    pool, made on the first as_numpy(). Outputs keep the numpy array they
+    pool (or, at most 1 KiB, writable copies of the bytes that came in the
+    message), made on the first as_numpy(). Outputs keep the numpy array they
     were made from (C-contiguous) until the host copies it into the pool.
     """
 
@@ -770,11 +775,13 @@ class Tensor:
         array = self._np
         if array is not None:
             return array
-        # The first call on an input: a view of its bytes in the pool (the
-        # usual fixed-size case inline, the rest in _materialize).
+        # The first call on an input: a view of its bytes in the pool, or a
+        # writable copy of those that came in the message (the usual
+        # fixed-size case here, the rest in _materialize).
         loc, offset, size = self._src
         if size and code != _BYTES and loc != _LOC_CUDA:
-            array = self._np = _ndarray(self._shape, _WIRE_DTYPE[code], _view(loc, offset, size))
+            array = self._np = _ndarray(self._shape, _WIRE_DTYPE[code],
+                                        bytearray(offset) if loc == _LOC_INLINE else _view(loc, offset, size))
             return array
         if loc == _LOC_CUDA:
             raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
@@ -782,7 +789,10 @@ class Tensor:
 
     def _materialize(self):
         loc, offset, size = self._src
-        buf = _view(loc, offset, size) if size else memoryview(b"")
+        if loc == _LOC_INLINE:
+            buf = bytearray(offset)  # writable, as a view of the pool is
+        else:
+            buf = _view(loc, offset, size) if size else memoryview(b"")
         code = self._dtype
         if code == _BYTES:
             array = deserialize_bytes_tensor(buf)
@@ -857,6 +867,8 @@ class Tensor:
         array = self._np
         if array is None:
             loc, offset, size = self._src
+            if loc == _LOC_INLINE:
+                return offset, size, list(self._shape)
             return (_view(loc, offset, size) if size else b""), size, list(self._shape)
         if self._dtype == _BYTES:
             data = _serialize(array)

@@ -286,10 +286,14 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 }
 
 // inputView returns the bytes of an input: a zero-copy view of the
-// supervisor's arena or of a client's region, bounds-checked.
+// supervisor's arena or of a client's region, bounds-checked, or the
+// message's own copy of a small input (LocInline).
 func (h *host) inputView(t ipc.Tensor) ([]byte, error) {
-	if t.Loc == ipc.LocClient {
+	switch t.Loc {
+	case ipc.LocClient:
 		return h.shm.view(t.RegionID, t.Offset, t.Size)
+	case ipc.LocInline:
+		return t.Data, nil // the decoder checked its length against Size
 	}
 	return h.conn.View(t.Loc, t.Offset, t.Size)
 }

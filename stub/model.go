@@ -41,9 +41,10 @@ type ReadyChecker interface {
 }
 
 // Tensor is a named tensor. In a ModelRequest its Data is a zero-copy view
-// of the supervisor's shared memory: read-only, and valid only while
-// Execute runs (for a decoupled model, until the request's final
-// response). Copy what must outlive that.
+// of the supervisor's shared memory (for an input of at most 1 KiB, which
+// comes in the Execute message, the message's copy): read-only, and valid
+// only while Execute runs (for a decoupled model, until the request's
+// final response). Copy what must outlive that.
 type Tensor struct {
 	Name     string
 	DataType backendapi.DataType

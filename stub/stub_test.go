@@ -258,6 +258,23 @@ func TestExecute(t *testing.T) {
 			}
 		})
 	}
+	t.Run("inline input", func(t *testing.T) {
+		// The supervisor sends an input of at most InlineMax bytes in the
+		// message: the model sees the same bytes.
+		p.T = t
+		data := ipctest.INT32(4, 5, 6)
+		in := ipc.Tensor{Name: "IN0", DataType: uint8(backendapi.TypeInt32), Shape: []int64{3}, Loc: ipc.LocInline, Size: uint64(len(data)), Data: data}
+		p.Send(&ipc.ExecuteMsg{BatchID: 300, Requests: []ipc.Request{{Handle: 10, CorrelationID: uint64(0), Inputs: []ipc.Tensor{in}, RequestedOutputs: []string{"OUT0"}, ParametersJSON: "{}"}}})
+		done, ok := p.Recv().(*ipc.ExecuteDoneMsg)
+		if !ok || done.Error != nil || len(done.Responses) != 1 || len(done.Responses[0].Outputs) != 1 {
+			t.Fatalf("ExecuteDone = %+v", done)
+		}
+		if got := ipctest.INT32s(p.Read(done.Responses[0].Outputs[0])); fmt.Sprint(got) != "[4 5 6]" {
+			t.Fatalf("OUT0 = %v, want [4 5 6]", got)
+		}
+		p.Release(done.Responses[0])
+		p.StubInUse(0)
+	})
 	t.Run("rescheduled", func(t *testing.T) {
 		p.T = t
 		keep, back := p.input("IN0", 5), p.input("IN0", -2)

@@ -149,7 +149,7 @@ func (p *stubProc) dispatch() {
 	}
 }
 
-// execute copies a batch's inputs into the supervisor's arena and sends it.
+// execute places a batch's inputs (prepare) and sends it.
 func (p *stubProc) execute(b *batch) {
 	mv := p.inst.mv
 	var reqs []ipc.Request
@@ -169,13 +169,16 @@ func (p *stubProc) execute(b *batch) {
 		}
 	}
 	now := time.Now()
+	// The bytes the message may carry inline: a quarter of a frame, so a
+	// large batch of small inputs never makes it too large to send.
+	inlineRoom := p.conn.MaxFrame() / 4
 	for i, pr := range b.items {
 		if pr.gone() || !pr.hold() {
 			drop(i)
 			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
 			continue
 		}
-		r, err := p.prepare(pr)
+		r, err := p.prepare(pr, &inlineRoom)
 		if err == nil {
 			// Under the hold: a caller that gives up leaves (waiting for
 			// the hold) before it finishes the request and reads started.
@@ -238,8 +241,10 @@ func (p *stubProc) execute(b *batch) {
 	}
 }
 
-// prepare assigns a handle and copies the request's inputs into the arena.
-func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
+// prepare assigns a handle and copies the request's inputs into the arena,
+// or, for those of at most ipc.InlineMax bytes, into the message while
+// *inlineRoom (which it decreases) holds all of the request's.
+func (p *stubProc) prepare(pr *pending, inlineRoom *int) (ipc.Request, error) {
 	req := pr.req
 	if !p.alive() {
 		return ipc.Request{}, p.notStarted()
@@ -262,6 +267,13 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 		r.CorrelationID = req.CorrelationID.Uint
 	}
 	pr.inputs = pr.inputs[:0]
+	var inline []byte // the bytes of the LocInline inputs, one allocation
+	inlined := false
+	if n := inlineBytes(req.Inputs); n > 0 && n <= *inlineRoom {
+		*inlineRoom -= n
+		inline = make([]byte, 0, n)
+		inlined = true
+	}
 	for i := range req.Inputs {
 		in := &req.Inputs[i]
 		if in.SharedMemory != nil {
@@ -274,7 +286,14 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 			return r, err
 		}
 		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: slices.Clone(in.Shape), Loc: ipc.LocArena0, Size: uint64(len(data))}
-		if len(data) > 0 {
+		if inlined && len(data) > 0 && len(data) <= ipc.InlineMax {
+			// A small input travels in the message: no block to allocate,
+			// view and free. Its bytes are copied here, under the hold:
+			// the message is sent after the caller may have left.
+			start := len(inline)
+			inline = append(inline, data...) // within its capacity: earlier slices stay valid
+			t.Loc, t.Data = ipc.LocInline, inline[start:len(inline):len(inline)]
+		} else if len(data) > 0 {
 			off, buf, err := p.conn.Alloc(uint64(len(data)))
 			if err != nil {
 				p.freeOwn(pr.inputs)
@@ -301,6 +320,17 @@ func (p *stubProc) prepare(pr *pending) (ipc.Request, error) {
 		pr.setOnEnd(func() { p.env.regions.release(held) })
 	}
 	return r, nil
+}
+
+// inlineBytes is the size of the inputs prepare sends in the message.
+func inlineBytes(inputs []backendapi.InputTensor) int {
+	n := 0
+	for i := range inputs {
+		if k := len(inputs[i].Data); inputs[i].SharedMemory == nil && k > 0 && k <= ipc.InlineMax {
+			n += k
+		}
+	}
+	return n
 }
 
 // freeOwn frees blocks of the supervisor's arena.

@@ -16,6 +16,7 @@ from .common import (
     _CLIENT,
     _CUDA,
     _FINAL,
+    _INLINE,
     _INTERNAL,
     _K_EXECUTE_DONE,
     _K_RESPONSE,
@@ -39,6 +40,7 @@ from .fields import (
     R_REQUESTED_OUTPUTS,
     R_TIMEOUT_MICROS,
     R_TRACE_CONTEXT,
+    T_DATA,
     T_DATA_TYPE,
     T_LOC,
     T_NAME,
@@ -71,7 +73,13 @@ class ExecuteMixin:
             cuda = False
             for t in w[R_INPUTS]:
                 loc = t[T_LOC]
-                if loc < _CLIENT:
+                if loc == _INLINE:
+                    # The bytes came in the message: the src holds them
+                    # where an arena input's holds its offset, and their
+                    # length is its size (as_numpy reads them unchecked).
+                    data = t[T_DATA]
+                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE], (loc, data, len(data))))
+                elif loc < _CLIENT:
                     inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE], (loc, t[T_OFFSET], t[T_SIZE])))
                 else:
                     cuda = cuda or loc == _CUDA

@@ -13,10 +13,12 @@ Release, Cancel and InferResult are handled on the spot, commands are
 queued for the main thread. Only one thread is ever inside recv.
 
 Memory. Outputs are written into the stub's arena (arena 1): one alloc and
-one copy per tensor; the supervisor hands them back with Release. Inputs
-are zero-copy views of the supervisor's arena (arena 0). BLS results are
-views of arena 0 too, returned with Free once the model drops the last
-numpy view of them.
+one copy per tensor (at most 1 KiB: in the message instead); the
+supervisor hands them back with Release. Inputs are zero-copy views of the
+supervisor's arena (arena 0), except those of at most 1 KiB, which come in
+the Execute message (as_numpy copies them into a writable bytearray). BLS
+results are views of arena 0 too, returned with Free once the model drops
+the last numpy view of them.
 """
 
 import collections

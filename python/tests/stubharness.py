@@ -119,9 +119,11 @@ class Stub:
         self.sup.view(ipc.LOC_ARENA0, off, len(data))[:] = data
         return ipc.LOC_ARENA0, off, len(data)
 
-    def tensor(self, name, dtype, array):
+    def tensor(self, name, dtype, array, inline=False):
         """A wire tensor descriptor for a numpy array (or list of bytes for
-        BYTES, dtype 13), its bytes placed in arena 0."""
+        BYTES, dtype 13), its bytes placed in arena 0, or with inline (as
+        the supervisor sends inputs of at most INLINE_MAX bytes) in the
+        message."""
         if dtype == 13:
             data = serialize_bytes(array)
             shape = [len(array)]
@@ -129,6 +131,8 @@ class Stub:
             array = np.ascontiguousarray(array, dtype=NP[dtype])
             data = array.tobytes()
             shape = list(array.shape)
+        if inline and data:
+            return [name, dtype, shape, ipc.LOC_INLINE, 0, len(data), data]
         loc, off, size = self.put(data)
         return [name, dtype, shape, loc, off, size]
 

@@ -169,6 +169,46 @@ class ExecuteTest(StubTest):
         np.testing.assert_array_equal(stub.read(resp[3][0]), big)
         self.assertEqual(stub.stub_in_use(), 0)
 
+    def test_inline_inputs(self):
+        # Inputs of at most INLINE_MAX bytes come in the message, as the
+        # supervisor sends them: the same arrays, and no block anywhere.
+        stub = self.loaded("add_sub", config=ADD_SUB_CONFIG)
+        a = np.arange(ipc.INLINE_MAX // 4, dtype=np.float32)  # INLINE_MAX bytes
+        b = np.full(a.size, 0.5, np.float32)
+        req = stub.request(1, [stub.tensor("INPUT0", 11, a, inline=True), stub.tensor("INPUT1", 11, b, inline=True)])
+        self.assertEqual([t[3] for t in req[4]], [ipc.LOC_INLINE] * 2)
+        stub.execute([req])
+        resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+        outs = {t[0]: t for t in resp[3]}
+        np.testing.assert_array_equal(stub.read(outs["OUTPUT0"]), a + b)
+        np.testing.assert_array_equal(stub.read(outs["OUTPUT1"]), a - b)
+        self.assertEqual(stub.stub_in_use(), 0)
+        self.assertEqual(stub.sup.usage()[0]["in_use"], 0)
+
+    def test_inputs_are_writable(self):
+        # A model may write into an input's array, wherever its bytes came.
+        stub = self.loaded("behaviours", models=TEST_MODELS)
+        for n, inline in ((4, True), (ipc.INLINE_MAX, False)):
+            with self.subTest(inline=inline):
+                values = np.arange(n, dtype=np.int32)
+                stub.execute([stub.request(1, [stub.tensor("INPUT0", 8, values, inline)],
+                                           params={"mode": "write_input"})])
+                resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+                self.assertIsNone(resp[2], resp)
+                np.testing.assert_array_equal(stub.read(resp[3][0]), values + 1)
+                stub.release(resp)
+
+    def test_returned_inline_input_is_sent_inline(self):
+        # identity_fp32 returning a small input that came in the message:
+        # its output goes back in the message too.
+        stub = self.loaded("identity_fp32")
+        small = np.arange(16, dtype=np.float32)
+        stub.execute([stub.request(1, [stub.tensor("INPUT0", 11, small, inline=True)])])
+        resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+        self.assertEqual(resp[3][0][:6], ["OUTPUT0", 11, [small.size], ipc.LOC_INLINE, 0, small.nbytes])
+        np.testing.assert_array_equal(stub.read(resp[3][0]), small)
+        self.assertEqual(stub.stub_in_use(), 0)
+
     def test_requested_outputs_pruned(self):
         stub = self.loaded("add_sub", config=ADD_SUB_CONFIG)
         a = np.ones(4, np.float32)
@@ -193,18 +233,20 @@ class ExecuteTest(StubTest):
             "FP64": (12, np.array([np.pi], np.float64)),
             "BF16": (14, np.array([0x3F80, 0xC000], np.uint16)),  # 1.0, -2.0 as raw bfloat16
         }
-        inputs = [stub.tensor("INPUT_" + k, dt, v) for k, (dt, v) in values.items()]
-        inputs.append(stub.tensor("INPUT_STRING", 13, [b"hello", b"", b"\x00bin\xff"]))
-        stub.execute([stub.request(1, inputs)])
-        done = stub.expect(K.KIND_EXECUTE_DONE)
-        self.assertIsNone(done[2], done)
-        outs = {t[0]: t for t in done[3][0][3]}
-        for k, (dt, v) in values.items():
-            t = outs["OUTPUT_" + k]
-            self.assertEqual(t[1], dt, k)
-            np.testing.assert_array_equal(stub.read(t), v.astype(stub.read(t).dtype), k)
-        self.assertEqual(outs["OUTPUT_STRING"][1], 13)
-        self.assertEqual(stub.read(outs["OUTPUT_STRING"]), [b"hello", b"", b"\x00bin\xff"])
+        for inline in (False, True):  # inputs in arena 0, or in the message
+            with self.subTest(inline=inline):
+                inputs = [stub.tensor("INPUT_" + k, dt, v, inline) for k, (dt, v) in values.items()]
+                inputs.append(stub.tensor("INPUT_STRING", 13, [b"hello", b"", b"\x00bin\xff"], inline))
+                stub.execute([stub.request(1, inputs)])
+                done = stub.expect(K.KIND_EXECUTE_DONE)
+                self.assertIsNone(done[2], done)
+                outs = {t[0]: t for t in done[3][0][3]}
+                for k, (dt, v) in values.items():
+                    t = outs["OUTPUT_" + k]
+                    self.assertEqual(t[1], dt, k)
+                    np.testing.assert_array_equal(stub.read(t), v.astype(stub.read(t).dtype), k)
+                self.assertEqual(outs["OUTPUT_STRING"][1], 13)
+                self.assertEqual(stub.read(outs["OUTPUT_STRING"]), [b"hello", b"", b"\x00bin\xff"])
 
     def test_empty_and_noncontiguous_outputs(self):
         stub = self.loaded("behaviours", models=TEST_MODELS)
@@ -356,11 +398,16 @@ class ExecuteTest(StubTest):
 
 class DecoupledTest(StubTest):
     def test_repeat(self):
+        for inline in (False, True):  # inputs in arena 0, or in the message
+            with self.subTest(inline=inline):
+                self.repeat(inline)
+
+    def repeat(self, inline):
         stub = self.loaded("repeat_decoupled", config=REPEAT_CONFIG, decoupled=True)
         values = np.array([4, 5, 6], np.int32)
-        stub.execute([stub.request(3, [stub.tensor("IN", 8, values),
-                                       stub.tensor("DELAY", 4, np.array([1, 1, 1], np.uint32)),
-                                       stub.tensor("WAIT", 4, np.array([0], np.uint32))])])
+        stub.execute([stub.request(3, [stub.tensor("IN", 8, values, inline),
+                                       stub.tensor("DELAY", 4, np.array([1, 1, 1], np.uint32), inline),
+                                       stub.tensor("WAIT", 4, np.array([0], np.uint32), inline)])])
         responses, done = [], None
         while True:
             msg = stub.recv()
@@ -437,19 +484,21 @@ class BLSTest(StubTest):
         stub.sup.send([K.KIND_INFER_RESULT, call_id, [call_id, FINAL, None, outs, ""]])
         return [t[4] for t in outs]
 
-    def bls_request(self, stub, handle, mode):
-        a = stub.tensor("INPUT0", 11, np.array([1, 2, 3, 4], np.float32))
-        b = stub.tensor("INPUT1", 11, np.array([1, 1, 1, 1], np.float32))
+    def bls_request(self, stub, handle, mode, inline=False):
+        a = stub.tensor("INPUT0", 11, np.array([1, 2, 3, 4], np.float32), inline)
+        b = stub.tensor("INPUT1", 11, np.array([1, 1, 1, 1], np.float32), inline)
         return stub.request(handle, [a, b], params={"mode": mode})
 
     def test_sync(self):
         stub = self.loaded("bls_caller", models=TEST_MODELS)
-        stub.execute([self.bls_request(stub, 1, "sync")])
-        given = self.serve_add_sub(stub, stub.expect(K.KIND_INFER_EXEC))
-        done = stub.expect(K.KIND_EXECUTE_DONE)
-        np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [20, 30, 40, 50])
-        # The BLS output block comes back once the model dropped it.
-        self.assertEqual(sorted(stub.expect(K.KIND_FREE)[2]), sorted(given))
+        for inline in (False, True):  # the caller's inputs in arena 0, or in the message
+            with self.subTest(inline=inline):
+                stub.execute([self.bls_request(stub, 1, "sync", inline)])
+                given = self.serve_add_sub(stub, stub.expect(K.KIND_INFER_EXEC))
+                done = stub.expect(K.KIND_EXECUTE_DONE)
+                np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [20, 30, 40, 50])
+                # The BLS output block comes back once the model dropped it.
+                self.assertEqual(sorted(stub.expect(K.KIND_FREE)[2]), sorted(given))
 
     def test_error(self):
         stub = self.loaded("bls_caller", models=TEST_MODELS)

@@ -115,6 +115,34 @@ class TensorTest(unittest.TestCase):
                 self.assertEqual(size, len(want))
                 self.assertEqual(shape, list(array.shape))
 
+    def test_inline_input(self):
+        # An input whose bytes came in the message: as_numpy has the wire's
+        # dtype and shape and is writable, as a view of the pool is, without
+        # touching the message's bytes.
+        from stubvisor import ipc
+
+        self.assertEqual(pb._LOC_INLINE, ipc.LOC_INLINE)
+        data = np.arange(6, dtype=np.float32).tobytes()
+        t = pb._tensor("IN", 11, None, [2, 3], (pb._LOC_INLINE, data, len(data)))
+        self.assertTrue(t.is_cpu())
+        self.assertEqual(t.shape(), [2, 3])
+        a = t.as_numpy()
+        self.assertEqual((a.dtype, a.shape), (np.float32, (2, 3)))
+        self.assertTrue(a.flags.writeable)
+        a += 1
+        self.assertIs(t.as_numpy(), a)
+        self.assertEqual(data, np.arange(6, dtype=np.float32).tobytes())
+        short = pb._tensor("IN", 11, None, [4], (pb._LOC_INLINE, data[:8], 8))
+        with self.assertRaises(TypeError):
+            short.as_numpy()
+        # Returned untouched, its bytes go out as they came.
+        untouched = pb._tensor("IN", 11, None, [2, 3], (pb._LOC_INLINE, data, len(data)))
+        payload, size, shape = untouched._payload()
+        self.assertEqual((bytes(payload), size, shape), (data, len(data), [2, 3]))
+        wire = bytes(pb.serialize_byte_tensor(np.array([b"ab", b"", b"c"], np.object_)))
+        strings = pb._tensor("S", 13, None, [3], (pb._LOC_INLINE, wire, len(wire)))
+        self.assertEqual(strings.as_numpy().tolist(), [b"ab", b"", b"c"])
+
     def test_dlpack_round_trip(self):
         cases = {
             "fp32": np.arange(6, dtype=np.float32).reshape(2, 3),

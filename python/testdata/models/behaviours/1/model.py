@@ -76,6 +76,15 @@ class TritonPythonModel:
                 out.append(respond(i))
         return out
 
+    def mode_write_input(self, requests):
+        # A model may write into its input's array and return it.
+        out = []
+        for r in requests:
+            array = r.inputs()[0].as_numpy()
+            array += 1
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", array)]))
+        return out
+
     def mode_dict(self, requests):
         return {"not": "a list"}
 
