@@ -3,9 +3,12 @@ package ipc
 import (
 	"bytes"
 	"errors"
+	"os"
 	"reflect"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCodecRoundTrip(t *testing.T) {
@@ -237,7 +240,11 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sup.Close()
-	stub, err := attachDup(sup)
+	fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stub, err := Attach(os.NewFile(uintptr(fd), "dup"))
 	if err != nil {
 		b.Fatal(err)
 	}

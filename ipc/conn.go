@@ -88,8 +88,7 @@ type Conn struct {
 	stubPID  *uint32
 	ownBeat  *uint64
 	peerBeat *uint64
-	ppid     int       // stub side: the supervisor's pid at attach
-	bell     *doorbell // wakes the supervisor's reader of ring 1; nil: a futex does
+	ppid     int // stub side: the supervisor's pid at attach
 	spin     time.Duration
 	maxFrame int
 
@@ -128,64 +127,20 @@ func Create(name string, s Settings) (_ *Conn, retErr error) {
 	if err := region.Grow(0, l.arena0); err != nil {
 		return nil, fmt.Errorf("ipc: create region: %w", err)
 	}
-	bell, err := newDoorbell()
-	if err != nil {
-		return nil, err
-	}
-	l.flags |= FlagDoorbell
 	l.encode(region.Bytes()[:HeaderSize])
-	c, err := newConn(region, l, sideSupervisor)
-	if err != nil {
-		bell.close()
-		return nil, err
-	}
-	c.bell = bell
-	return c, nil
-}
-
-// StubFiles returns the descriptors a stub process inherits, as
-// exec.Cmd.ExtraFiles: the region on RegionFD, fd4 (the lifeline, or nil)
-// on LifelineFD and the doorbell on DoorbellFD. The Conn owns them.
-func (c *Conn) StubFiles(fd4 *os.File) []*os.File {
-	files := []*os.File{RegionFD - 3: c.File(), LifelineFD - 3: fd4, DoorbellFD - 3: nil}
-	if c.bell != nil {
-		files[DoorbellFD-3] = c.bell.stub
-	}
-	return files
+	return newConn(region, l, sideSupervisor)
 }
 
 // Attach maps the region in f (the stub side, normally fd 3), checks its
 // magic and version, records this process as the stub and commits arena
-// 1's default size. bell is the region's doorbell (normally fd 5), which
-// a region with FlagDoorbell needs. It takes ownership of f and bell, also
-// on failure.
-func Attach(f, bell *os.File) (_ *Conn, retErr error) {
-	var db *doorbell
-	defer func() {
-		if retErr != nil && db != nil {
-			db.close()
-		}
-	}()
+// 1's default size. It takes ownership of f, also on failure.
+func Attach(f *os.File) (_ *Conn, retErr error) {
 	h := make([]byte, HeaderSize)
-	_, err := f.ReadAt(h, 0)
-	if err != nil {
-		err = fmt.Errorf("read header: %w: %w", ErrBadRegion, err)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ipc: attach: read header: %w: %w", ErrBadRegion, err)
 	}
-	var l layout
-	if err == nil {
-		l, err = decodeLayout(h)
-	}
-	if err == nil && l.flags&FlagDoorbell != 0 {
-		if bell == nil {
-			err = fmt.Errorf("the region has a doorbell and none was passed: %w", ErrBadRegion)
-		} else {
-			db, err = openDoorbell(bell)
-			bell = nil
-		}
-	}
-	if bell != nil {
-		bell.Close()
-	}
+	l, err := decodeLayout(h)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("ipc: attach: %w", err)
@@ -209,7 +164,6 @@ func Attach(f, bell *os.File) (_ *Conn, retErr error) {
 		return nil, err
 	}
 	c.ppid = getppid()
-	c.bell = db
 	atomic.StoreUint32(c.stubPID, uint32(os.Getpid()))
 	return c, nil
 }
@@ -435,9 +389,6 @@ func (c *Conn) wakeAll() {
 		futexWakeAll(r.tailFutex)
 		futexWakeAll(r.headFutex)
 	}
-	if c.bell != nil {
-		c.bell.ring()
-	}
 }
 
 // Beat increments this side's heartbeat word.
@@ -500,9 +451,6 @@ func (c *Conn) Close() error {
 		c.opMu.Lock()
 		defer c.opMu.Unlock()
 		c.closeErr = c.region.Close()
-		if c.bell != nil {
-			c.closeErr = errors.Join(c.closeErr, c.bell.close())
-		}
 	})
 	return c.closeErr
 }

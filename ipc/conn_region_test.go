@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/shmpool"
+	"golang.org/x/sys/unix"
 )
 
 func TestViewBounds(t *testing.T) {
@@ -71,7 +72,11 @@ func TestAttachRejects(t *testing.T) {
 			noLeaks(t)
 			sup := testConn(t, DefaultSettings())
 			tc.corrupt(sup.region.Bytes()[:HeaderSize])
-			c, err := attachDup(sup)
+			fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Attach(os.NewFile(uintptr(fd), "dup"))
 			if err == nil {
 				c.Close()
 				t.Fatal("attach accepted a corrupt header")
@@ -92,7 +97,7 @@ func TestAttachRejects(t *testing.T) {
 		l.encode(h)
 		f.Write(h)
 		f.Truncate(int64(l.arena0))
-		if c, err := Attach(f, nil); err == nil {
+		if c, err := Attach(f); err == nil {
 			c.Close()
 			t.Fatal("attach accepted a regular file")
 		}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stubvisor/stubvisor/shmpool"
 )
@@ -401,7 +404,11 @@ func TestGrowthWhilePeerHoldsViews(t *testing.T) {
 func pair(t *testing.T, s Settings) (sup, stub *Conn) {
 	t.Helper()
 	sup = testConn(t, s)
-	stub, err := attachDup(sup)
+	fd, err := unix.FcntlInt(sup.File().Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub, err = Attach(os.NewFile(uintptr(fd), "dup"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func goConstants() map[string]int64 {
 		"KIND_INFER_CANCEL": int64(KindInferCancel), "KIND_MODEL_CONTROL": int64(KindModelCtl),
 		"LOC_CLIENT": LocClient, "LOC_CUDA": LocCUDA, "LOC_INLINE": LocInline, "INLINE_MAX": InlineMax,
 		"LOC_ARENA0": LocArena0, "LOC_ARENA1": LocArena1, "LOC_NONE": LocNone, "FLAG_FINAL": FlagFinal,
-		"REGION_FD": RegionFD, "LIFELINE_FD": LifelineFD, "DOORBELL_FD": DoorbellFD, "FLAG_DOORBELL": FlagDoorbell, "HEARTBEAT_PERIOD_MS": HeartbeatPeriod.Milliseconds(),
+		"REGION_FD": RegionFD, "LIFELINE_FD": LifelineFD, "HEARTBEAT_PERIOD_MS": HeartbeatPeriod.Milliseconds(),
 	}
 }
 

@@ -30,7 +30,7 @@
 //
 //	+0   u64 magic        "STUBVSR\x00" (0x0052535642555453)
 //	+8   u32 version      ProtocolVersion
-//	+12  u32 flags        FlagDoorbell (bit 0); other bits 0
+//	+12  u32 flags        reserved, 0
 //	+16  u64 region_size  reserved bytes (the mapping length)
 //	+24  u64 ring0_off    +32 u64 ring1_off
 //	+40  u32 ring_bytes   data bytes per ring (power of two)
@@ -80,13 +80,6 @@
 // microseconds of polling it yields the CPU (sched_yield), because on a
 // small machine the peer may be waiting for this very core. Space waits
 // are symmetric on head/writer_sleeping.
-//
-// One wait is different: the supervisor's reader of ring 1 sleeps on the
-// region's doorbell, an eventfd the stub inherits on DoorbellFD (header
-// flag FlagDoorbell), and the stub writes it where it would FUTEX_WAKE. A
-// Go goroutine reading a non-blocking eventfd parks in the netpoller; one
-// in futex(2) holds an OS thread in a system call, which the runtime
-// answers with P hand-offs, extra threads and a busy sysmon.
 // Every sleep is a bounded slice (20 ms) after which the waiter re-checks
 // dead (and, in the stub, whether its parent is still the supervisor), so a
 // blocked call returns within 100 ms of the peer's death. The supervisor's

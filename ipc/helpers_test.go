@@ -42,7 +42,7 @@ func runRole(role string) int {
 	if role == "middle" {
 		return runMiddle()
 	}
-	c, err := Attach(os.NewFile(RegionFD, "region"), os.NewFile(DoorbellFD, "doorbell"))
+	c, err := Attach(os.NewFile(3, "region"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attach:", err)
 		return 2
@@ -181,7 +181,7 @@ func runMiddle() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	cmd.ExtraFiles = c.StubFiles(report)
+	cmd.ExtraFiles = []*os.File{c.File(), report}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "start stub:", err)
@@ -279,7 +279,7 @@ func startPeer(t *testing.T, c *Conn, lang, role string) *peer {
 		t.Fatal(err)
 	}
 	p := &peer{cmd: cmd, done: make(chan struct{})}
-	cmd.ExtraFiles = c.StubFiles(nil)
+	cmd.ExtraFiles = []*os.File{c.File()}
 	cmd.Stderr = &p.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -371,21 +371,3 @@ func atoi(t *testing.T, s string) int64 {
 }
 
 func noLeaks(t *testing.T) { shmtest.NoLeaks(t) }
-
-// attachDup attaches a stub-side Conn in this process to duplicates of
-// sup's region and doorbell, as a stub process would to the inherited ones.
-func attachDup(sup *Conn) (*Conn, error) {
-	files := sup.StubFiles(nil)
-	var dups []*os.File
-	for _, f := range []*os.File{files[RegionFD-3], files[DoorbellFD-3]} {
-		fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			for _, d := range dups {
-				d.Close()
-			}
-			return nil, err
-		}
-		dups = append(dups, os.NewFile(uintptr(fd), "dup"))
-	}
-	return Attach(dups[0], dups[1])
-}

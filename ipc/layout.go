@@ -30,15 +30,6 @@ const (
 	HeaderSize      = 0x100
 )
 
-// Header flags.
-const (
-	// FlagDoorbell says the supervisor's reader of ring 1 sleeps on the
-	// eventfd the stub finds on DoorbellFD, which the stub rings instead
-	// of a futex wake (doorbell_linux.go says why).
-	FlagDoorbell = 1 << 0
-	knownFlags   = FlagDoorbell
-)
-
 // Control block word offsets (each on its own 64-byte line).
 const (
 	CtlDead          = 0x100
@@ -84,7 +75,6 @@ type layout struct {
 	ring0, ring1 uint64
 	ringBytes    uint32
 	spinNs       uint32
-	flags        uint32
 	arena0       uint64
 	arena1       uint64
 	arenaMax     uint64
@@ -125,7 +115,7 @@ func (l layout) encode(h []byte) {
 	le := binary.LittleEndian
 	le.PutUint64(h[HdrMagic:], Magic)
 	le.PutUint32(h[HdrVersion:], ProtocolVersion)
-	le.PutUint32(h[HdrFlags:], l.flags)
+	le.PutUint32(h[HdrFlags:], 0)
 	le.PutUint64(h[HdrRegionSize:], l.regionSize)
 	le.PutUint64(h[HdrRing0Off:], l.ring0)
 	le.PutUint64(h[HdrRing1Off:], l.ring1)
@@ -157,7 +147,6 @@ func decodeLayout(h []byte) (layout, error) {
 		ring1:        le.Uint64(h[HdrRing1Off:]),
 		ringBytes:    le.Uint32(h[HdrRingBytes:]),
 		spinNs:       le.Uint32(h[HdrSpinNs:]),
-		flags:        le.Uint32(h[HdrFlags:]),
 		arena0:       le.Uint64(h[HdrArena0Off:]),
 		arena1:       le.Uint64(h[HdrArena1Off:]),
 		arenaMax:     le.Uint64(h[HdrArenaMax:]),
@@ -172,10 +161,6 @@ func decodeLayout(h []byte) (layout, error) {
 	if err != nil {
 		return layout{}, fmt.Errorf("ipc: header: %w: %w", ErrBadRegion, err)
 	}
-	if l.flags&^knownFlags != 0 {
-		return layout{}, fmt.Errorf("ipc: header: unknown flags %#x: %w", l.flags, ErrBadRegion)
-	}
-	want.flags = l.flags
 	if want != l {
 		return layout{}, fmt.Errorf("ipc: header: geometry is not the one this version lays out: %w", ErrBadRegion)
 	}

@@ -14,9 +14,6 @@ const (
 	// carries client shared-memory fds to the stub and closes when the
 	// supervisor's end does.
 	LifelineFD = 4
-	// DoorbellFD is the descriptor of the region's doorbell, an eventfd
-	// the stub writes to wake the supervisor's reader (FlagDoorbell).
-	DoorbellFD = 5
 	// InstanceEnv names the environment variable that carries the
 	// instance's name (Triton's "<group>_<index>"), used in error texts.
 	InstanceEnv = "STUBVISOR_INSTANCE"

@@ -67,7 +67,7 @@ func (c *Conn) push(b []byte) error {
 		if r.size-used >= total {
 			break
 		}
-		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, nil, time.Time{}, c.spin); err != nil {
+		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}, c.spin); err != nil {
 			return fmt.Errorf("ipc: send: %w", err)
 		}
 	}
@@ -84,11 +84,7 @@ func (c *Conn) push(b []byte) error {
 	// the new tail before it sleeps, or we see its flag and wake it.
 	atomic.StoreUint64(r.tail, tail+need)
 	if atomic.LoadUint32(r.readerSleeping) != 0 {
-		if c.side == sideStub && c.bell != nil {
-			c.bell.ring()
-		} else {
-			futexWakeAll(r.tailFutex)
-		}
+		futexWakeAll(r.tailFutex)
 	}
 	return nil
 }
@@ -103,14 +99,10 @@ func (c *Conn) pop(deadline time.Time, spin time.Duration, use func([]byte) erro
 	r := &c.in
 	le := binary.LittleEndian
 	head := atomic.LoadUint64(r.head)
-	var bell *doorbell
-	if c.side == sideSupervisor {
-		bell = c.bell
-	}
 	for {
 		tail := atomic.LoadUint64(r.tail)
 		if tail == head {
-			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, bell, deadline, spin); err != nil {
+			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline, spin); err != nil {
 				return fmt.Errorf("ipc: recv: %w", err)
 			}
 			continue
@@ -147,11 +139,11 @@ func (c *Conn) consumed(r *ring, head uint64) {
 }
 
 // waitChange waits until *word != old: it polls for the spin time, then
-// sleeps on the futex (or on bell, when not nil) in slices of at most
-// waitSlice, announcing the sleep in flag first (the Dekker handshake the
-// producer completes). Between slices it checks for death and Close, so it
-// returns within a slice of either.
-func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, bell *doorbell, deadline time.Time, spin time.Duration) error {
+// sleeps on the futex in slices of at most waitSlice, announcing the sleep
+// in flag first (the Dekker handshake the producer completes). Between
+// slices it checks for death and Close, so it returns within a slice of
+// either.
+func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, spin time.Duration) error {
 	hasDeadline := !deadline.IsZero()
 	if spin > 0 {
 		start := time.Now()
@@ -202,11 +194,7 @@ func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, bell *d
 			atomic.StoreUint32(flag, 0)
 			return nil
 		}
-		if bell != nil {
-			bell.wait(slice)
-		} else {
-			futexWaitOn(fword, uint32(old), slice)
-		}
+		futexWaitOn(fword, uint32(old), slice)
 		atomic.StoreUint32(flag, 0)
 		if atomic.LoadUint64(word) != old {
 			return nil

@@ -44,7 +44,7 @@ func serve(model Model) int {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGTERM)
 	// Take the lifeline before anything else can open a descriptor.
 	life := openLifeline()
-	conn, err := ipc.Attach(os.NewFile(ipc.RegionFD, "stubvisor-region"), os.NewFile(ipc.DoorbellFD, "stubvisor-doorbell"))
+	conn, err := ipc.Attach(os.NewFile(ipc.RegionFD, "stubvisor-region"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", ipc.RegionFD, err)
 		return exitAttach

@@ -133,7 +133,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 		}
 	}()
 	// ExtraFiles[i] becomes fd 3+i in the stub.
-	cmd.ExtraFiles = conn.StubFiles(lifeChild)
+	cmd.ExtraFiles = []*os.File{ipc.RegionFD - 3: conn.File(), ipc.LifelineFD - 3: lifeChild}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)

@@ -116,8 +116,8 @@ type peerProc struct {
 }
 
 // start creates a region and starts a stub of lang playing role on it,
-// with fd4 (or nil) on fd 4, and waits for its Hello.
-func (b *ipcBench) start(lang, role string, s ipc.Settings, fd4 *os.File) (*ipc.Conn, *peerProc, error) {
+// with extra files from fd 4 on, and waits for its Hello.
+func (b *ipcBench) start(lang, role string, s ipc.Settings, extra ...*os.File) (*ipc.Conn, *peerProc, error) {
 	c, err := ipc.Create("bench-"+role, s)
 	if err != nil {
 		return nil, nil, err
@@ -135,7 +135,7 @@ func (b *ipcBench) start(lang, role string, s ipc.Settings, fd4 *os.File) (*ipc.
 		cmd = exec.Command(b.python, b.peer, role)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+b.pypath)
 	}
-	cmd.ExtraFiles = c.StubFiles(fd4)
+	cmd.ExtraFiles = append([]*os.File{c.File()}, extra...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -203,7 +203,7 @@ func (b *ipcBench) roundTrip(lang string, size, n int) (Stats, error) {
 	}
 	s := ipc.DefaultSettings()
 	s.Spin = b.spin
-	c, p, err := b.start(lang, role, s, nil)
+	c, p, err := b.start(lang, role, s)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -273,7 +273,7 @@ func (b *ipcBench) roundTrip(lang string, size, n int) (Stats, error) {
 func (b *ipcBench) stream() (Stats, error) {
 	s := ipc.DefaultSettings()
 	s.Spin = b.spin
-	c, p, err := b.start("python", "bench-stream", s, nil)
+	c, p, err := b.start("python", "bench-stream", s)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -427,7 +427,7 @@ func memcpy(size, n int) (Stats, error) {
 // ipcEchoRole is the Go stub of go-go-roundtrip-64B: it answers each
 // Execute with an ExecuteDone naming the input bytes as the output.
 func ipcEchoRole() int {
-	c, err := ipc.Attach(os.NewFile(ipc.RegionFD, "region"), os.NewFile(ipc.DoorbellFD, "doorbell"))
+	c, err := ipc.Attach(os.NewFile(3, "region"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "attach:", err)
 		return 2

@@ -20,7 +20,6 @@ mapping and must not be used after close().
 import bisect
 import ctypes
 import fcntl
-import functools
 import os
 import platform
 import struct
@@ -41,7 +40,6 @@ MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian
 # and lifeline, the environment that names it, and its heartbeat period.
 REGION_FD = 3
 LIFELINE_FD = 4
-DOORBELL_FD = 5
 HEARTBEAT_PERIOD_MS = 100
 INSTANCE_ENV = "STUBVISOR_INSTANCE"
 MODEL_ENV = "STUBVISOR_MODEL"
@@ -60,11 +58,6 @@ HDR_ARENA1_OFF = 56
 HDR_ARENA_MAX = 64
 HDR_ARENA_DEFAULT = 72
 HDR_ARENA_GROWTH = 80
-
-# Header flags. FLAG_DOORBELL: the supervisor's reader of ring 1 sleeps on
-# the eventfd on DOORBELL_FD, which this side writes instead of a futex
-# wake (a Go reader parked on it costs the server no blocked thread).
-FLAG_DOORBELL = 1
 HEADER_SIZE = 0x100
 
 # Control block words, each on its own cache line.
@@ -312,8 +305,6 @@ def _check_header(raw):
     if h["version"] != PROTOCOL_VERSION:
         raise ProtocolError("stubvisor.ipc: protocol version %d, this side speaks %d"
                             % (h["version"], PROTOCOL_VERSION))
-    if h["flags"] & ~FLAG_DOORBELL:
-        raise ProtocolError("stubvisor.ipc: unknown header flags %#x" % h["flags"])
     rb = h["ring_bytes"]
     if rb < MIN_RING_BYTES or rb > MAX_RING_BYTES or rb & (rb - 1):
         raise ProtocolError("stubvisor.ipc: ring size %d is not a power of two in range" % rb)
@@ -476,12 +467,10 @@ class _Arena:
 class Channel:
     """One side of a region. Use Channel.attach(fd) in a stub."""
 
-    def __init__(self, fd, side, header, bell=None):
+    def __init__(self, fd, side, header):
         # side 1 is the stub; side 0 (the supervisor) exists here only so
-        # tests can drive a stub without Go. bell: the doorbell fd the stub
-        # rings for a sleeping supervisor reader, or None (a futex wake).
+        # tests can drive a stub without Go.
         self._fd = fd
-        self._bell = bell
         self._side = side
         self._closed = False
         self.header = header
@@ -501,10 +490,6 @@ class Channel:
         usage = (CTL_ARENA0_USAGE, CTL_ARENA1_USAGE)
         beats = (CTL_SUP_HEARTBEAT, CTL_STUB_HEARTBEAT)
         self._out, self._in = rings[side], rings[1 - side]
-        if bell is not None:
-            self._wake_reader = functools.partial(os.eventfd_write, bell, 1)
-        else:
-            self._wake_reader = functools.partial(_futex_wake, self._out.tail_addr)
         self._own_loc, self._peer_loc = side, 1 - side
         self._own_beat_addr = addr + beats[side]
         self._peer_beat = ctypes.c_uint64.from_address(addr + beats[1 - side])
@@ -526,21 +511,12 @@ class Channel:
     # --- life cycle ---------------------------------------------------------
 
     @classmethod
-    def attach(cls, fd=REGION_FD, bell=DOORBELL_FD):
+    def attach(cls, fd=REGION_FD):
         """Attach to the region on fd (inherited from the supervisor): check
         magic and version, record this pid as the stub, commit arena 1.
-        A region with FLAG_DOORBELL needs its doorbell on bell. The Channel
-        owns fd (and that bell) from now on."""
+        The Channel owns fd from now on."""
         try:
             h = _check_header(os.pread(fd, HEADER_SIZE, 0))
-            if not h["flags"] & FLAG_DOORBELL:
-                bell = None
-            else:
-                try:
-                    os.fstat(bell)
-                except OSError as e:
-                    raise ProtocolError("stubvisor.ipc: the region has a doorbell and fd %d is "
-                                        "not open: %s" % (bell, e)) from e
             if os.fstat(fd).st_size < h["arena0_off"]:
                 raise ProtocolError("stubvisor.ipc: region file does not back its rings")
             # A file that could shrink could pull pages from under a view
@@ -551,7 +527,7 @@ class Channel:
                 raise ProtocolError("stubvisor.ipc: region is not a sealable memfd: %s" % e) from e
             if not seals & fcntl.F_SEAL_SHRINK:
                 raise ProtocolError("stubvisor.ipc: region is not sealed against shrinking")
-            ch = cls(fd, 1, h, bell)
+            ch = cls(fd, 1, h)
         except BaseException:
             os.close(fd)
             raise
@@ -606,8 +582,6 @@ class Channel:
             pass  # a caller still holds a buffer export; the mapping goes anyway
         _libc.munmap(self._addr, self.region_size)
         os.close(self._fd)
-        if self._bell is not None:
-            os.close(self._bell)
 
     def __enter__(self):
         return self
@@ -646,8 +620,6 @@ class Channel:
         for r in (self._out, self._in):
             _futex_wake(r.tail_addr)
             _futex_wake(r.head_addr)
-        if self._bell is not None:
-            os.eventfd_write(self._bell, 1)
 
     def beat(self):
         """Increment this side's heartbeat word (the stub does it every 100 ms)."""
@@ -732,7 +704,7 @@ class Channel:
             # before it sleeps, or we see its flag below and wake it.
             _xchg8(r.tail_addr, tail, _SEQ_CST)
             if r.reader_sleeping.value:
-                self._wake_reader()
+                _futex_wake(r.tail_addr)
 
     def _check_open(self):
         if self._closed:
@@ -771,7 +743,7 @@ class Channel:
         r.cursor = tail
         _xchg8(r.tail_addr, tail, _SEQ_CST)
         if r.reader_sleeping.value:
-            self._wake_reader()
+            _futex_wake(r.tail_addr)
 
     def recv(self, timeout=None):
         """The next message from the supervisor as a list, or None when

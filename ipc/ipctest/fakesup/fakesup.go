@@ -93,12 +93,12 @@ func Start(t testing.TB, cmd *exec.Cmd, o Options) *Stub {
 			t.Errorf("close region: %v", err)
 		}
 	})
-	var child *os.File
+	cmd.ExtraFiles = []*os.File{ipc.RegionFD - 3: conn.File()}
 	if o.Lifeline {
-		child = s.lifeline(t)
+		child := s.lifeline(t)
 		defer child.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, child)
 	}
-	cmd.ExtraFiles = conn.StubFiles(child)
 	cmd.Stdout, cmd.Stderr = s.Stderr, s.Stderr
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
