@@ -92,9 +92,10 @@ class BLSMixin:
     def bls(self, request, decoupled):
         call_id = next(self._call_ids)
         inputs = []
+        room = [self._inline_room]
         try:
             for t in request._inputs:
-                inputs.append(self._write_tensor(t))
+                inputs.append(self._write_tensor(t, room))
         except _PoolExhausted as exc:
             self._free_owned([i[T_OFFSET] for i in inputs if i[T_SIZE] and i[T_LOC] == _ARENA1])
             # Triton answers with an error response, not an exception.

@@ -122,9 +122,10 @@ class ExecuteMixin:
         out = []
         if responses:
             wire = self._wire_response
+            room = [self._inline_room]
             try:
                 for req, resp in responses:
-                    out.append(wire(req, resp, _FINAL, True))
+                    out.append(wire(req, resp, _FINAL, room, True))
             except Exception as exc:
                 self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
                 self._fail_batch(batch_id, requests, exc)

@@ -101,6 +101,10 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
 
     def __init__(self, channel, instance):
         self.ch = channel
+        # The bytes of small tensors one message may carry inline (a
+        # quarter of a frame, as the supervisor allows its Execute): the
+        # rest of a batch's small outputs go through arena 1.
+        self._inline_room = channel.max_frame // 4
         self.instance = instance
         self.model_dir = ""
         self.model_name = instance

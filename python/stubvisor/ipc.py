@@ -867,6 +867,11 @@ class Channel:
         peer = {"committed": w[0], "in_use": w[1], "high_water": w[2], "max": self.header["arena_max"]}
         return self._arena.usage(), peer
 
+    @property
+    def max_frame(self):
+        """The largest message send() takes."""
+        return self._out.max_frame
+
     def depths(self):
         """Bytes queued on the outgoing and incoming rings."""
         return self._out.depth(), self._in.depth()

@@ -50,21 +50,25 @@ class ResponsesMixin:
             pass
         self._send([_K_FREE, 0, offsets])
 
-    def _write_tensor(self, tensor, inputs=None):
+    def _write_tensor(self, tensor, room, inputs=None):
         """Copy a tensor into arena 1, or into the message when it is
-        small, and return its wire descriptor. With inputs (the request's,
-        for its final response from execute), an output that is one of
-        their arrays as it came is described in place, without a copy."""
+        small and the message has room (room[0]: the inline bytes it may
+        still carry), and return its wire descriptor. With inputs (the
+        request's, for its final response from execute), an output that is
+        one of their arrays as it came is described in place, without a
+        copy."""
         array = tensor._np
         if array is not None and tensor._dtype != _BYTES:
             # A shape goes out as the tuple numpy has (msgpack packs it as
             # an array).
             size = array.nbytes
             if size <= _INLINE_MAX and array.ndim:
-                # The common small output: its bytes travel in the message.
-                if size:
+                if not size:
+                    return [tensor._name, tensor._dtype, array.shape, _NONE, 0, 0]
+                if size <= room[0]:
+                    # The common small output: its bytes travel in the message.
+                    room[0] -= size
                     return [tensor._name, tensor._dtype, array.shape, _INLINE, 0, size, array.tobytes()]
-                return [tensor._name, tensor._dtype, array.shape, _NONE, 0, 0]
             if inputs is not None:
                 off = self._input_offset(inputs, array)
                 if off is not None:
@@ -72,7 +76,8 @@ class ResponsesMixin:
         data, size, shape = tensor._payload()
         if size == 0:
             return [tensor._name, tensor._dtype, shape, _NONE, 0, 0]
-        if size <= _INLINE_MAX:
+        if size <= _INLINE_MAX and size <= room[0]:
+            room[0] -= size
             return [tensor._name, tensor._dtype, shape, _INLINE, 0, size, bytes(data)]
         off = self.ch.alloc(size)
         self._owned.add(off)
@@ -94,10 +99,11 @@ class ResponsesMixin:
                 return off
         return None
 
-    def _wire_response(self, request, response, flags, in_place=False):
+    def _wire_response(self, request, response, flags, room, in_place=False):
         """The wire form of one response, outputs pruned to the requested
-        ones and written to the pool. A pool that cannot hold them turns
-        the response into an error."""
+        ones and written to the pool (small ones inline while room lasts,
+        see _write_tensor). A pool that cannot hold them turns the response
+        into an error."""
         error = response._error
         if error is not None:
             return [request._handle, flags, [error._code, error._message], [], response._params]
@@ -121,7 +127,7 @@ class ResponsesMixin:
                         return [request._handle, flags, error, [], ""]
                     outputs.append(out)
                     continue
-                outputs.append(self._write_tensor(t, inputs))
+                outputs.append(self._write_tensor(t, room, inputs))
         except _PoolExhausted as exc:
             self._free_owned([o[T_OFFSET] for o in outputs if o[T_SIZE] and o[T_LOC] == _ARENA1])
             return [request._handle, flags, [_INTERNAL, "Failed to allocate the response outputs in the shared "
@@ -151,7 +157,7 @@ class ResponsesMixin:
         if response is None:
             wire = [request._handle, flags, None, [], ""]
         else:
-            wire = self._wire_response(request, response, flags)
+            wire = self._wire_response(request, response, flags, [self._inline_room])
         self._send([_K_RESPONSE, 0, wire])
         if self._open_senders:
             self._open_senders.discard(request._handle)

@@ -560,6 +560,37 @@ class MemoryTest(StubTest):
             stub.release(resp)
         stub.wait_stub_in_use(0)
 
+    def test_small_outputs_of_a_batch_stay_within_a_frame(self):
+        # Outputs of at most 1 KiB travel in the message, but not more of
+        # them than a frame holds: with a 16 KiB ring (8 KiB frames, 2 KiB
+        # of them for inline bytes) sixteen 1 KiB outputs must go mostly
+        # through the arena.
+        stub = Stub("add_sub_0_0", ring_bytes=16384)
+        self.addCleanup(stub.close)
+        reply = stub.initialize(os.path.join(MODELS, "add_sub"), config=ADD_SUB_CONFIG)
+        self.assertEqual(reply[2], None, reply)
+        x = np.arange(256, dtype=np.float32)
+        reqs = []
+        handles = range(1, 9)
+        for h in handles:
+            a = stub.tensor("INPUT0", 11, x * h)
+            b = stub.tensor("INPUT1", 11, x)
+            reqs.append(stub.request(h, [a, b], ["OUTPUT0", "OUTPUT1"]))
+        stub.execute(reqs)
+        done = stub.expect(K.KIND_EXECUTE_DONE)
+        responses = done[3]
+        self.assertEqual(len(responses), len(handles), done)
+        locs = set()
+        for h, resp in zip(handles, responses):
+            self.assertEqual(resp[2], None, resp)
+            out = {t[0]: t for t in resp[3]}
+            locs.update(t[3] for t in resp[3])
+            np.testing.assert_array_equal(stub.read(out["OUTPUT0"]), x * h + x)
+            np.testing.assert_array_equal(stub.read(out["OUTPUT1"]), x * h - x)
+            stub.release(resp)
+        self.assertEqual(locs, {K.LOC_INLINE, K.LOC_ARENA1})
+        stub.wait_stub_in_use(0)
+
 
 if __name__ == "__main__":
     unittest.main()
