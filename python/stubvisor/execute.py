@@ -130,6 +130,7 @@ class ExecuteMixin:
                 self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
                 self._fail_batch(batch_id, requests, exc)
                 return
+        msg = [_K_EXECUTE_DONE, batch_id, None, out]
         # One pass for the rare cases: rescheduled requests and response
         # senders the model holds.
         for r in requests:
@@ -137,14 +138,18 @@ class ExecuteMixin:
                 again = [r._handle for r in requests if r._release_flags == _RESCHEDULE]
                 pending = None if self.decoupled else self._left_to_sender(requests)
                 if pending:
-                    self._send([_K_EXECUTE_DONE, batch_id, None, out, again, pending])
+                    msg += [again, pending]
                 elif again:
-                    self._send([_K_EXECUTE_DONE, batch_id, None, out, again])
-                else:
-                    self._send([_K_EXECUTE_DONE, batch_id, None, out])
+                    msg.append(again)
                 break
-        else:
-            self._send([_K_EXECUTE_DONE, batch_id, None, out])
+        try:
+            self._send(msg)
+        except ValueError as exc:
+            # The answer is larger than a frame (a very large batch on a
+            # small ring): the batch fails rather than never answering.
+            self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])
+            self._fail_batch(batch_id, requests, exc)
+            return
         if self._cancelled and not self.decoupled:
             for req in requests:
                 self._cancelled.discard(req._handle)

@@ -4,6 +4,7 @@ test playing the supervisor."""
 import json
 import os
 import signal
+import tempfile
 import unittest
 
 import numpy as np
@@ -11,6 +12,22 @@ import numpy as np
 from .stubharness import ADD_SUB_CONFIG, MODELS, REPEAT_CONFIG, TEST_MODELS, WAIT, K, Stub, ipc
 
 FINAL = ipc.FLAG_FINAL
+
+# A model answering each request with N one-element outputs.
+FANOUT_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            n = int(pb_utils.get_input_tensor_by_name(r, "N").as_numpy()[0])
+            out.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT%d" % i, np.array([i], np.float32)) for i in range(n)]))
+        return out
+"""
 
 
 class StubTest(unittest.TestCase):
@@ -591,6 +608,29 @@ class MemoryTest(StubTest):
         self.assertEqual(locs, {K.LOC_INLINE, K.LOC_ARENA1})
         stub.wait_stub_in_use(0)
 
+    def test_an_answer_larger_than_a_frame_fails_the_batch(self):
+        # Sixteen responses of 32 outputs each do not fit a 4 KiB ring's
+        # 2 KiB frame, whatever goes inline: the batch fails with the
+        # reason, and the stub goes on serving.
+        model_dir = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "fanout")
+        os.makedirs(os.path.join(model_dir, "1"))
+        with open(os.path.join(model_dir, "1", "model.py"), "w") as f:
+            f.write(FANOUT_MODEL)
+        stub = Stub("fanout_0_0", ring_bytes=4096)
+        self.addCleanup(stub.close)
+        reply = stub.initialize(model_dir)
+        self.assertEqual(reply[2], None, reply)
+        x = stub.tensor("N", 8, np.array([32], np.int32))
+        stub.execute([stub.request(h, [x]) for h in range(1, 17)])
+        done = stub.expect(K.KIND_EXECUTE_DONE)
+        self.assertEqual(done[3], [], done)
+        self.assertIn("frame too large", done[2][1])
+        stub.wait_stub_in_use(0)
+        x = stub.tensor("N", 8, np.array([2], np.int32))
+        stub.execute([stub.request(99, [x])])
+        resp = stub.expect(K.KIND_EXECUTE_DONE)[3][0]
+        self.assertEqual([t[0] for t in resp[3]], ["OUT0", "OUT1"])
+        stub.release(resp)
 
 if __name__ == "__main__":
     unittest.main()
