@@ -24,7 +24,8 @@ import (
 )
 
 // loadStartupModels registers every model of the repositories and loads
-// the ones the control mode asks for.
+// the ones the control mode asks for; StartupFailures names those that
+// failed.
 func (s *Supervisor) loadStartupModels() error {
 	dirs, err := modelconfig.ScanRepository(s.opts.Repositories)
 	if err != nil {
@@ -65,6 +66,9 @@ func (s *Supervisor) loadStartupModels() error {
 				defer func() { <-sem }()
 				if err := s.load(n, backendapi.LoadOptions{}); err != nil {
 					s.log.Error("model failed to load", "model", n, "error", backendapi.MessageOf(err))
+					s.mu.Lock()
+					s.startupFailed = append(s.startupFailed, n)
+					s.mu.Unlock()
 				}
 			}()
 		}
@@ -566,3 +570,14 @@ func fingerprint(dir string) string {
 
 // errNotYet marks features whose supervisor side is not built yet.
 var errNotYet = errors.New("not supported by this server yet")
+
+// StartupFailures returns the names of the models that failed to load at
+// start, sorted (the server exits on them under --exit-on-error, as
+// tritonserver does).
+func (s *Supervisor) StartupFailures() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := slices.Clone(s.startupFailed)
+	slices.Sort(names)
+	return names
+}

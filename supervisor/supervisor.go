@@ -86,6 +86,8 @@ type Supervisor struct {
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry // every model seen in a repository or loaded
+	// startupFailed names the models that failed to load at start.
+	startupFailed []string
 	// loads serialises load and unload per model name (loadlock.go).
 	loads loadLocks
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -270,6 +271,31 @@ func TestTritonFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTritonExitOnError: as tritonserver, the server exits with an error
+// when a model it loads at start fails, unless --exit-on-error=false (which
+// every other test passes, see startServer, and which serves the others).
+func TestTritonExitOnError(t *testing.T) {
+	ipctest.RequirePython(t)
+	repo := copyRepo(t, "add_sub", "init_fails")
+	shmBefore := shmEntries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, binPath, "--model-repository", repo, "--address", "127.0.0.1",
+		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--cache-dir", cacheDir)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || ctx.Err() != nil {
+		t.Fatalf("want exit status 1, got %v:\n%s", err, out)
+	}
+	if want := "stubvisor: failed to load all models: init_fails"; !strings.Contains(string(out), want) {
+		t.Errorf("output does not say %q:\n%s", want, out)
+	}
+	if strings.Contains(string(out), "stubvisor started") {
+		t.Errorf("the server started serving before it exited:\n%s", out)
+	}
+	assertShmUnchanged(t, shmBefore)
 }
 
 func TestTritonLoadNewModelFromFiles(t *testing.T) {

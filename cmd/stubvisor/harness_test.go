@@ -87,7 +87,7 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 	all := append([]string{
 		"--model-repository", repo, "--address", "127.0.0.1",
 		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
-		"--cache-dir", cacheDir,
+		"--cache-dir", cacheDir, "--exit-on-error=false",
 	}, args...)
 	s.cmd = exec.Command(binPath, all...)
 	stderr, err := s.cmd.StderrPipe()

@@ -52,6 +52,7 @@ type config struct {
 	pollSecs        int
 	strictReadiness bool
 	exitTimeout     int
+	exitOnError     bool
 	allowClientShm  bool
 	maxInputSize    int64
 	maxGRPCMessage  int
@@ -91,6 +92,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.pollSecs, "repository-poll-secs", 15, "repository poll interval in poll mode")
 	fs.BoolVar(&c.strictReadiness, "strict-readiness", true, "server is ready only when every loaded model is ready")
 	fs.IntVar(&c.exitTimeout, "exit-timeout-secs", 30, "how long shutdown waits for in-flight requests")
+	fs.BoolVar(&c.exitOnError, "exit-on-error", true, "exit when a model loaded at start fails to load, as tritonserver does (false: serve the others)")
 	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
 	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
 	fs.IntVar(&c.maxGRPCMessage, "grpc-max-message-size", frontend.MaxGRPCMessageSize, "largest gRPC message in bytes, received or sent")
@@ -187,6 +189,10 @@ type service struct {
 	serve func(net.Listener) error
 }
 
+// errStartupModels ends the server when a model loaded at start failed
+// and --exit-on-error is on (tritonserver: "failed to load all models").
+var errStartupModels = errors.New("failed to load all models")
+
 // replyGrace is how long past --exit-timeout-secs the front ends may take
 // to answer the requests that failed at the deadline.
 const replyGrace = 500 * time.Millisecond
@@ -220,6 +226,10 @@ func run(c *config) error {
 	sup, err := supervisor.New(c.sup)
 	if err != nil {
 		return err
+	}
+	if failed := sup.StartupFailures(); c.exitOnError && len(failed) > 0 {
+		sup.Close(time.Duration(c.exitTimeout) * time.Second)
+		return fmt.Errorf("%w: %s (--exit-on-error=false serves the others)", errStartupModels, strings.Join(failed, ", "))
 	}
 	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
 		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})

@@ -27,7 +27,7 @@ var ignoredTritonFlags = []string{
 	"metrics-interval-ms", "metrics-config", "log-info", "log-warning", "log-error", "log-file",
 	"id", "server-id", "http-thread-count", "grpc-infer-allocation-pool-size",
 	"grpc-infer-thread-count", "grpc-max-response-pool-size", "reuse-http-port", "reuse-grpc-port",
-	"exit-on-error", "allow-sagemaker", "allow-vertex-ai", "http-restricted-api",
+	"allow-sagemaker", "allow-vertex-ai", "http-restricted-api",
 	"grpc-restricted-protocol", "grpc-keepalive-time", "grpc-keepalive-timeout",
 	"grpc-keepalive-permit-without-calls", "grpc-http2-max-pings-without-data",
 	"grpc-http2-min-recv-ping-interval-without-data", "grpc-http2-max-ping-strikes",
