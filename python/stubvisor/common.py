@@ -42,6 +42,7 @@ _K_MAP_REGION = ipc.KIND_MAP_REGION
 _K_UNMAP_REGION = ipc.KIND_UNMAP_REGION
 _K_COLLECT_METRICS = ipc.KIND_COLLECT_METRICS
 _PeerDead = ipc.PeerDead
+_FrameTooLarge = ipc.FrameTooLarge
 _PoolExhausted = ipc.PoolExhausted
 
 _COMMANDS = frozenset((_K_INITIALIZE, _K_EXECUTE, _K_FINALIZE, _K_IS_READY, _K_AUTO_COMPLETE))

@@ -16,6 +16,7 @@ from .common import (
     _CLIENT,
     _CUDA,
     _FINAL,
+    _FrameTooLarge,
     _INLINE,
     _INTERNAL,
     _K_EXECUTE_DONE,
@@ -144,7 +145,7 @@ class ExecuteMixin:
                 break
         try:
             self._send(msg)
-        except ValueError as exc:
+        except _FrameTooLarge as exc:
             # The answer is larger than a frame (a very large batch on a
             # small ring): the batch fails rather than never answering.
             self._free_owned([t[T_OFFSET] for r in out for t in r[RS_OUTPUTS] if t[T_SIZE] and t[T_LOC] == _ARENA1])

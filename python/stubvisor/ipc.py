@@ -136,6 +136,11 @@ class ProtocolError(Exception):
     """The region or a frame breaks the protocol."""
 
 
+class FrameTooLarge(ValueError):
+    """A message larger than a frame (half a ring): bulk data belongs in an
+    arena (Go: ipc.ErrFrameTooLarge)."""
+
+
 def constants():
     """Every wire constant by name, for the Go drift test."""
     return {k: v for k, v in globals().items()
@@ -715,7 +720,7 @@ class Channel:
         r = self._out
         n = len(data)
         if n > r.max_frame:
-            raise ValueError("stubvisor.ipc: %d-byte message, the ring takes %d: frame too large"
+            raise FrameTooLarge("stubvisor.ipc: %d-byte message, the ring takes %d: frame too large"
                              % (n, r.max_frame))
         need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
         tail = r.cursor

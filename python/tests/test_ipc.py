@@ -102,7 +102,7 @@ class ChannelTest(unittest.TestCase):
 
     def test_frame_too_large(self):
         _, stub = make_pair(self, ring_bytes=ipc.MIN_RING_BYTES)
-        with self.assertRaisesRegex(ValueError, "frame too large"):
+        with self.assertRaisesRegex(ipc.FrameTooLarge, "frame too large"):
             stub.send([ipc.KIND_LOG, 0, "info", "x" * ipc.MIN_RING_BYTES, "f", 0])
         self.assertEqual(stub.depths(), (0, 0))
 
