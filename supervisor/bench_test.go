@@ -57,7 +57,7 @@ func BenchmarkInferGoAddSub(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close(10 * time.Second)
+	b.Cleanup(func() { s.Close(10 * time.Second) })
 	data := ipctest.FP32(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5, 14.5, 15.5)
 	one := func(ctx context.Context, req *backendapi.InferRequest, shape []int64) error {
 		*req = backendapi.InferRequest{ModelName: "go_add_sub", Inputs: req.Inputs[:0]}

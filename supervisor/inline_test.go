@@ -117,7 +117,7 @@ func TestPrepareInlineRoomIsBounded(t *testing.T) {
 	if n := inUse(p); n != 0 {
 		t.Fatalf("%d bytes in use after freeInputs", n)
 	}
-	if max := p.conn.MaxFrame() / 4; max < 2*ipc.InlineMax {
-		t.Fatalf("a default ring's quarter frame (%d bytes) holds less than two inline inputs", max)
+	if quarter := p.conn.MaxFrame() / 4; quarter < 2*ipc.InlineMax {
+		t.Fatalf("a default ring's quarter frame (%d bytes) holds less than two inline inputs", quarter)
 	}
 }
