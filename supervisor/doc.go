@@ -103,8 +103,7 @@
 // instance.mu, stubProc.mu (Ready, RepositoryIndex and Stubs read instance
 // states under it); sequenceBatcher.mu > instance.mu (pump, reap);
 // dynamicBatcher.mu > pending.mu (form calls gone); relMu > stubProc.mu
-// (releaseLater calls busy); stubProc.sendMu > pending.mu (execute assigns
-// its requests); stubShm.mu > clientShm.mu (ensureMapped).
+// (releaseLater calls busy); stubShm.mu > clientShm.mu (ensureMapped).
 // Finishing a request (modelVersion.finish) takes pending.mu, then, after
 // releasing it, clientShm.mu (onEnd) and stats.mu, so it is never called
 // with a batcher's or a stub's lock held.

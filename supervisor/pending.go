@@ -38,9 +38,8 @@ type pending struct {
 	// arrives later is released at once.
 	abandoned bool
 
-	// runner is the stub process the request was sent to; assigned (made
-	// under mu by assignedChan, for a caller that waits before that)
-	// closes when it is set, so the caller can start reading its ring.
+	// runner is the stub process the request was sent to; assigned closes
+	// when it is set, so a waiting caller can start reading its ring.
 	runner   atomic.Pointer[stubProc]
 	assigned chan struct{}
 	// Set by the stub process that executes the request.
@@ -78,7 +77,7 @@ type pending struct {
 }
 
 func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
-	return &pending{ctx: ctx, req: req, trace: req.Trace, batch: batch, queued: time.Now(), done: make(chan struct{})}
+	return &pending{ctx: ctx, req: req, trace: req.Trace, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
 }
 
 // soloBatch returns the request's own one-request batch. A request is
@@ -153,11 +152,7 @@ func (p *pending) claimStats(err error, final bool) bool {
 // handle, so the Cancel may even arrive before the Execute.
 func (p *pending) assign(sp *stubProc) {
 	if p.runner.CompareAndSwap(nil, sp) {
-		p.mu.Lock()
-		if p.assigned != nil {
-			close(p.assigned)
-		}
-		p.mu.Unlock()
+		close(p.assigned)
 	}
 	if p.cancelled.Load() {
 		p.tellStub(sp)
@@ -206,14 +201,13 @@ func (p *pending) await() bool {
 			return true
 		default:
 		}
-		var assigned, lead chan struct{}
+		assigned, lead := p.assigned, (chan struct{})(nil)
 		sp := p.runner.Load()
-		if sp == nil {
-			if assigned = p.assignedChan(); assigned == nil {
-				continue // assigned meanwhile
+		if sp != nil {
+			assigned = nil
+			if sp.alive() {
+				lead = sp.lead
 			}
-		} else if sp.alive() {
-			lead = sp.lead
 		}
 		select {
 		case <-p.done:
@@ -225,22 +219,6 @@ func (p *pending) await() bool {
 			sp.read(p.done, p.ctx.Done())
 		}
 	}
-}
-
-// assignedChan returns the channel that closes when the request is
-// assigned to a stub, or nil when it already is. It is made only when a
-// caller waits before that: the default scheduler usually sends the
-// request from the caller's goroutine, before the caller waits.
-func (p *pending) assignedChan() chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.runner.Load() != nil {
-		return nil
-	}
-	if p.assigned == nil {
-		p.assigned = make(chan struct{})
-	}
-	return p.assigned
 }
 
 // wait blocks until the request ends or ctx is done.
