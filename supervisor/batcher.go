@@ -7,6 +7,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // dynamicBatcher is Triton's dynamic batcher. Requests wait in per-priority
@@ -50,7 +51,7 @@ type policyQueue struct {
 
 // queued is a request waiting in the batcher.
 type queued struct {
-	pr       *pending
+	pr       *stubproc.Request
 	deadline time.Time // zero: no timeout
 }
 
@@ -100,19 +101,19 @@ func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching, p
 
 // enqueue places the request in its priority level, or refuses it when
 // that level's queue is full.
-func (b *dynamicBatcher) enqueue(pr *pending) error {
+func (b *dynamicBatcher) enqueue(pr *stubproc.Request) error {
 	level := b.defLevel
-	if p := pr.req.Priority; p != 0 && p <= uint64(len(b.levels)) {
+	if p := pr.Req().Priority; p != 0 && p <= uint64(len(b.levels)) {
 		level = int(p - 1)
 	}
 	q := b.levels[level]
 	timeout := q.timeout
-	if t := pr.req.Timeout; q.override && t > 0 && (timeout == 0 || t < timeout) {
+	if t := pr.Req().Timeout; q.override && t > 0 && (timeout == 0 || t < timeout) {
 		timeout = t
 	}
 	e := &queued{pr: pr}
 	if timeout > 0 {
-		e.deadline = pr.queued.Add(timeout)
+		e.deadline = pr.Queued().Add(timeout)
 	}
 	b.mu.Lock()
 	if b.stopped {
@@ -141,18 +142,18 @@ func (b *dynamicBatcher) run() {
 	for {
 		now := time.Now()
 		items, next, ready := b.form(now)
-		var offer chan<- *batch
-		var bt *batch
+		var offer chan<- *stubproc.Batch
+		var bt *stubproc.Batch
 		if ready {
 			if p := b.mv.freeStub(); p != nil {
 				// A stub has room now: send from here rather than wake
 				// its dispatcher.
 				b.taken(items)
-				p.execute(&batch{items: items})
+				p.Execute(&stubproc.Batch{Items: items})
 				continue
 			}
 			offer = b.mv.queue
-			bt = &batch{items: items}
+			bt = &stubproc.Batch{Items: items}
 		}
 		var tc <-chan time.Time
 		if !next.IsZero() {
@@ -180,14 +181,14 @@ func (b *dynamicBatcher) run() {
 // batch. It returns the batch, the next time something changes
 // on its own (a timeout or the end of the queue delay) and whether the
 // batch should be sent now.
-func (b *dynamicBatcher) form(now time.Time) (items []*pending, next time.Time, ready bool) {
+func (b *dynamicBatcher) form(now time.Time) (items []*stubproc.Request, next time.Time, ready bool) {
 	var size int64
-	var expired, cancelled []*pending
+	var expired, cancelled []*stubproc.Request
 	b.mu.Lock()
 	for _, q := range b.levels {
 		q.queue = slices.DeleteFunc(q.queue, func(e *queued) bool {
 			switch {
-			case e.pr.gone():
+			case e.pr.Gone():
 				cancelled = append(cancelled, e.pr)
 				return true
 			case e.deadline.IsZero():
@@ -207,7 +208,7 @@ func (b *dynamicBatcher) form(now time.Time) (items []*pending, next time.Time, 
 			return false
 		})
 		q.delayed = slices.DeleteFunc(q.delayed, func(e *queued) bool {
-			if e.pr.gone() {
+			if e.pr.Gone() {
 				cancelled = append(cancelled, e.pr)
 				return true
 			}
@@ -220,7 +221,7 @@ gather:
 	for _, q := range b.levels {
 		for _, list := range [][]*queued{q.queue, q.delayed} {
 			for _, e := range list {
-				n := e.pr.batch
+				n := e.pr.Size()
 				if b.capacity == 0 {
 					n = 1
 				}
@@ -285,7 +286,7 @@ func newBatchRule(maxBatch int64, preferred []int32, delayMicros uint64) batchRu
 // together they fit limit, and full says the next waiting one would not)
 // and returns how many of them to send now, or 0 and the time the queue
 // delay runs out.
-func (r batchRule) cut(items []*pending, sizes []int64, full bool, now time.Time) (int, time.Time) {
+func (r batchRule) cut(items []*stubproc.Request, sizes []int64, full bool, now time.Time) (int, time.Time) {
 	var size int64
 	var oldest time.Time
 	best := 0 // request count of the longest prefix whose size is preferred
@@ -294,8 +295,8 @@ func (r batchRule) cut(items []*pending, sizes []int64, full bool, now time.Time
 		if slices.Contains(r.preferred, size) {
 			best = i + 1
 		}
-		if oldest.IsZero() || items[i].queued.Before(oldest) {
-			oldest = items[i].queued
+		if oldest.IsZero() || items[i].Queued().Before(oldest) {
+			oldest = items[i].Queued()
 		}
 	}
 	delayEnd := oldest.Add(r.delay)
@@ -311,8 +312,8 @@ func (r batchRule) cut(items []*pending, sizes []int64, full bool, now time.Time
 // taken removes the requests a stub just took. They are found by
 // identity: a request of higher priority may have arrived since the batch
 // was formed.
-func (b *dynamicBatcher) taken(items []*pending) {
-	set := make(map[*pending]bool, len(items))
+func (b *dynamicBatcher) taken(items []*stubproc.Request) {
+	set := make(map[*stubproc.Request]bool, len(items))
 	for _, pr := range items {
 		set[pr] = true
 	}
@@ -328,7 +329,7 @@ func (b *dynamicBatcher) taken(items []*pending) {
 // failQueued fails every waiting request with err.
 func (b *dynamicBatcher) failQueued(err error) {
 	b.mu.Lock()
-	var all []*pending
+	var all []*stubproc.Request
 	for _, q := range b.levels {
 		for _, e := range q.queue {
 			all = append(all, e.pr)

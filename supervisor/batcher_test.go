@@ -9,6 +9,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // These tests drive the dynamic batcher without stubs: the test itself
@@ -19,19 +20,19 @@ import (
 // batcherModel is a model version with only what the batcher touches.
 func batcherModel(t *testing.T, maxBatch int64, db *inferencepb.ModelDynamicBatching) (*modelVersion, *dynamicBatcher) {
 	t.Helper()
-	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *batch)}
+	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *stubproc.Batch)}
 	b := newDynamicBatcher(mv, db, 1)
 	t.Cleanup(b.stop)
 	return mv, b
 }
 
 // submitN queues a request of batch size n, as modelVersion.submit does.
-func submitN(t *testing.T, mv *modelVersion, b *dynamicBatcher, n int64, req backendapi.InferRequest) (*pending, error) {
+func submitN(t *testing.T, mv *modelVersion, b *dynamicBatcher, n int64, req backendapi.InferRequest) (*stubproc.Request, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	req.ModelName = "m"
-	pr := newPending(ctx, &req, n)
+	pr := stubproc.NewRequest(ctx, &req, n, nil, false)
 	mv.active.Add(1)
 	if err := b.enqueue(pr); err != nil {
 		mv.active.Done()
@@ -42,24 +43,24 @@ func submitN(t *testing.T, mv *modelVersion, b *dynamicBatcher, n int64, req bac
 
 // take receives the next batch the way a stub would, and answers its
 // requests.
-func take(t *testing.T, mv *modelVersion) []*pending {
+func take(t *testing.T, mv *modelVersion) []*stubproc.Request {
 	t.Helper()
 	select {
 	case bt := <-mv.queue:
-		for _, pr := range bt.items {
+		for _, pr := range bt.Items {
 			mv.finish(pr, &backendapi.InferResponse{}, nil, true)
 		}
-		return bt.items
+		return bt.Items
 	case <-time.After(10 * time.Second):
 		t.Fatal("no batch within 10s")
 		return nil
 	}
 }
 
-func sizes(items []*pending) []int64 {
+func sizes(items []*stubproc.Request) []int64 {
 	out := make([]int64, len(items))
 	for i, pr := range items {
-		out[i] = pr.batch
+		out[i] = pr.Size()
 	}
 	return out
 }
@@ -129,7 +130,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pr.wait(); !sameError(err, timeoutErr) {
+		if _, err := pr.Wait(); !sameError(err, timeoutErr) {
 			t.Errorf("got %v, want %v", err, timeoutErr)
 		}
 	})
@@ -139,7 +140,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pr.wait(); !sameError(err, timeoutErr) {
+		if _, err := pr.Wait(); !sameError(err, timeoutErr) {
 			t.Errorf("got %v, want %v", err, timeoutErr)
 		}
 	})
@@ -158,8 +159,8 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if len(got) != 2 {
 			t.Fatalf("batch of %d, want both requests", len(got))
 		}
-		for _, pr := range []*pending{first, second} {
-			if _, err := pr.wait(); err != nil {
+		for _, pr := range []*stubproc.Request{first, second} {
+			if _, err := pr.Wait(); err != nil {
 				t.Errorf("delayed request failed: %v", err)
 			}
 		}
@@ -181,7 +182,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.stop()
-		if _, err := pr.wait(); err == nil {
+		if _, err := pr.Wait(); err == nil {
 			t.Error("request queued at stop succeeded")
 		}
 		if _, err := submitN(t, mv, b, 1, backendapi.InferRequest{}); err == nil {

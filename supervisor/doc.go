@@ -22,7 +22,7 @@
 //	seqcontrol.go   a sequence's key and the control inputs it adds (START, END, READY, CORRID)
 //	pending.go      pending: one request until its final response; batch
 //	instance.go     instance: a slot that always wants a live stub (restarts)
-//	process.go      stubProc: one stub process's life (spawn, reap, kill, watch, stop)
+//	process.go      stubproc.Proc: one stub process's life (spawn, reap, kill, watch, stop)
 //	exchange.go     the request table: execute, executeDone, deliver, releases, control calls
 //	reader.go       the ring reader: read, readFor, drain, handle
 //	response.go     a stub's response turned into the front end's
@@ -41,9 +41,9 @@
 // goroutine) queues its request, usually sends its own Execute (a free
 // pipeline slot, scheduler.go) and then reads the stub's ring itself until
 // its answer arrives, handling every message it finds for anyone
-// (stubProc.read; one reader at a time, by the stubProc.lead token). When
+// (stubproc.Proc.read; one reader at a time, by the stubproc.Proc.lead token). When
 // the answer frees a slot, that reader also sends the next queued batch
-// (stubProc.next). The goroutines the package starts, by owner:
+// (stubproc.Proc.next). The goroutines the package starts, by owner:
 //
 //   - Supervisor: poll (Options.ModelControl = poll; Close waits for it),
 //     the launcher's thread (launch_linux.go; lives as long as the process),
@@ -53,7 +53,7 @@
 //     flight and the lane timers (all ended and awaited by scheduler.stop).
 //   - instance: supervise, from the first stub's start until instance.stop;
 //     it starts one dispatch per stub incarnation.
-//   - stubProc (one incarnation): reap (from spawn until the process is
+//   - stubproc.Proc (one incarnation): reap (from spawn until the process is
 //     reaped and its requests failed), two forwardLines (stdout, stderr;
 //     reap waits for them), watch (the watchdog, until the process exits),
 //     dispatch (feeds queued batches into free slots, until it exits).
@@ -83,13 +83,13 @@
 //  3. Supervisor.mu (RW): the model table.
 //  4. sequenceBatcher.mu; dynamicBatcher.mu: their queues.
 //  5. instance.mu: the instance's stub, state and counters.
-//  6. stubProc.relMu: output blocks waiting to be handed back.
+//  6. stubproc.Proc.relMu: output blocks waiting to be handed back.
 //  7. pending.reqMu: the core's use of a request its caller may leave
 //     (prepare, building a response; pending.hold); held across copying
 //     inputs and, on error paths, a Release sent to the stub.
-//  8. stubProc.sendMu: taking a batch id and sending the batch, one step
+//  8. stubproc.Proc.sendMu: taking a batch id and sending the batch, one step
 //     (so ids follow the ring's order); held across the Send.
-//  9. stubProc.mu: the request table (batches, requests, calls, refs).
+//  9. stubproc.Proc.mu: the request table (batches, requests, calls, refs).
 //  10. pending.mu: one request's end (respond runs the stream callback and
 //     onEnd after unlocking).
 //  11. stubShm.mu: one stub's mapped client regions, then
@@ -100,9 +100,9 @@
 //     ensRun.mu (its event queue).
 //
 // Observed nestings: a model's load lock > Supervisor.mu (load); Supervisor.mu >
-// instance.mu, stubProc.mu (Ready, RepositoryIndex and Stubs read instance
+// instance.mu, stubproc.Proc.mu (Ready, RepositoryIndex and Stubs read instance
 // states under it); sequenceBatcher.mu > instance.mu (pump, reap);
-// dynamicBatcher.mu > pending.mu (form calls gone); relMu > stubProc.mu
+// dynamicBatcher.mu > pending.mu (form calls gone); relMu > stubproc.Proc.mu
 // (releaseLater calls busy); stubShm.mu > clientShm.mu (ensureMapped).
 // Finishing a request (modelVersion.finish) takes pending.mu, then, after
 // releasing it, clientShm.mu (onEnd) and stats.mu, so it is never called

@@ -8,6 +8,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // ensemble is the schedule of an ensemble model version, built at load
@@ -201,8 +202,8 @@ func (s *Supervisor) newEnsembleVersion(cfg *inferencepb.ModelConfig, dir string
 // noScheduler is an ensemble's: its requests never queue.
 type noScheduler struct{}
 
-func (noScheduler) enqueue(*pending) error { return errNotYet }
-func (noScheduler) stop()                  {}
+func (noScheduler) enqueue(*stubproc.Request) error { return errNotYet }
+func (noScheduler) stop()                           {}
 
 // ensembleSteps describes an ensemble's steps for the status page.
 func ensembleSteps(e *ensemble) []backendapi.EnsembleStep {

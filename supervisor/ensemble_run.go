@@ -263,7 +263,7 @@ func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRe
 		report(nil, err, true)
 		return
 	}
-	if !pr.await() {
+	if !pr.Await() {
 		// The final event drops this firing's hold on the producers'
 		// responses; a stub may be copying the step's inputs out of their
 		// blocks right now (prepare, under pr.hold): abandon leaves first,

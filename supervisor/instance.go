@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // instance is one model instance: a slot that always wants a live stub.
@@ -22,14 +24,14 @@ type instance struct {
 	device int
 	log    hclog.Logger
 	// direct carries batches that must run on this instance (sequences).
-	direct     chan *batch
+	direct     chan *stubproc.Batch
 	executions atomic.Uint64
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
 
 	mu       sync.Mutex
 	state    backendapi.StubState
-	proc     *stubProc
+	proc     *stubproc.Proc
 	restarts int
 	lastExit string
 	lastBeat time.Time
@@ -43,9 +45,23 @@ func newInstance(mv *modelVersion, name, kind string, device int) *instance {
 	return &instance{
 		mv: mv, name: name, kind: kind, device: device,
 		log:    mv.sup.log.Named(name),
-		direct: make(chan *batch, 64),
+		direct: make(chan *stubproc.Batch, 64),
 		state:  backendapi.StubStarting,
 		stopc:  make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// procConfig is what each of the instance's stubs is spawned with.
+func (inst *instance) procConfig() stubproc.Config {
+	mv, opts := inst.mv, inst.mv.sup.opts
+	return stubproc.Config{
+		Instance: inst.name, Model: mv.name, Version: mv.version, Kind: mv.kind,
+		Decoupled: mv.decoupled, Batched: mv.sig.maxBatch > 0, Labels: mv.labels,
+		ExecuteTimeout: mv.executeTimeout, PipelineDepth: mv.pipelineDepth,
+		IPC: opts.IPC, StartTimeout: opts.StubStartTimeout, HeartbeatTimeout: opts.HeartbeatTimeout,
+		Regions: &mv.sup.shm, Launcher: mv.sup.launcher, Log: inst.log,
+		Command:  func() (*exec.Cmd, error) { return mv.command(inst) },
+		Diagnose: mv.diagnose,
 	}
 }
 
@@ -63,9 +79,9 @@ func (inst *instance) start() error {
 }
 
 // launch spawns a stub and initializes the model in it.
-func (inst *instance) launch() (*stubProc, error) {
+func (inst *instance) launch() (*stubproc.Proc, error) {
 	inst.setState(backendapi.StubStarting)
-	p, err := inst.spawn()
+	p, err := stubproc.Spawn(inst.procConfig(), inst)
 	if err != nil {
 		return nil, err
 	}
@@ -75,54 +91,54 @@ func (inst *instance) launch() (*stubProc, error) {
 	go func() {
 		select {
 		case <-inst.stopc:
-			p.kill("stopped during initialize")
+			p.Kill("stopped during initialize")
 		case <-initialized:
 		}
 	}()
-	res, err := p.call(func(id uint64) ipc.Message {
+	res, err := p.Call(func(id uint64) ipc.Message {
 		return &ipc.InitializeMsg{ID: id, Args: mv.initArgs(inst), Options: mv.stubOptions()}
 	}, mv.sup.opts.InitializeTimeout)
 	close(initialized)
 	if err == nil && res.Error != nil {
-		err = resultError(res.Error)
+		err = stubproc.ResultError(res.Error)
 	}
 	if err != nil {
-		p.kill("initialize failed")
-		<-p.exited
+		p.Kill("initialize failed")
+		<-p.Exited()
 		return nil, err
 	}
-	p.readyFn = hasReadyFn(res.Value)
+	p.SetReadyFn(hasReadyFn(res.Value))
 	inst.mu.Lock()
 	inst.proc = p
 	inst.state = backendapi.StubReady
 	inst.lastBeat = time.Now()
 	inst.mu.Unlock()
-	inst.log.Info("stub ready", "pid", p.pid)
+	inst.log.Info("stub ready", "pid", p.PID())
 	return p, nil
 }
 
 // supervise serves with p and replaces it when it dies.
-func (inst *instance) supervise(p *stubProc) {
+func (inst *instance) supervise(p *stubproc.Proc) {
 	defer close(inst.done)
 	opts := inst.mv.sup.opts
 	backoff := opts.RestartBackoff
 	for {
-		go p.dispatch()
+		go p.Dispatch()
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 		case <-inst.stopc:
 			return // stop() finalizes p
 		}
 		inst.mu.Lock()
 		inst.restarts++
-		inst.lastExit = p.cause
+		inst.lastExit = p.Cause()
 		inst.state = backendapi.StubRestarting
 		inst.proc = nil
 		inst.mu.Unlock()
-		if p.healthy() {
+		if p.Healthy() {
 			backoff = opts.RestartBackoff
 		}
-		inst.log.Error("stub died; restarting", "pid", p.pid, "cause", p.cause, "backoff", backoff)
+		inst.log.Error("stub died; restarting", "pid", p.PID(), "cause", p.Cause(), "backoff", backoff)
 		for {
 			select {
 			case <-time.After(backoff):
@@ -162,7 +178,7 @@ func (inst *instance) stop(deadline time.Time) {
 	inst.proc = nil
 	inst.mu.Unlock()
 	if p != nil {
-		p.stop(deadline)
+		p.Stop(deadline)
 	}
 	inst.setState(backendapi.StubStopped)
 }
@@ -201,15 +217,15 @@ func (inst *instance) lastCause() string {
 }
 
 // currentProc is the instance's live stub, nil while it restarts.
-func (inst *instance) currentProc() *stubProc {
+func (inst *instance) currentProc() *stubproc.Proc {
 	inst.mu.Lock()
 	defer inst.mu.Unlock()
 	return inst.proc
 }
 
 // liveProc returns the instance's stub if it is alive, or nil.
-func (inst *instance) liveProc() *stubProc {
-	if p := inst.currentProc(); p != nil && p.alive() {
+func (inst *instance) liveProc() *stubproc.Proc {
+	if p := inst.currentProc(); p != nil && p.Alive() {
 		return p
 	}
 	return nil
@@ -232,20 +248,8 @@ func (inst *instance) status() backendapi.StubStatus {
 	if p == nil {
 		return st
 	}
-	st.PID = p.pid
-	st.Uptime = time.Since(p.started)
 	st.HeartbeatAge = time.Since(beat)
-	st.InFlight = p.inFlight()
-	if st.State == backendapi.StubReady && p.busy() {
-		st.State = backendapi.StubBusy
-	}
-	if p.alive() {
-		st.RingDepthIn, st.RingDepthOut = p.conn.Depths()
-		own, peer := p.conn.Usage()
-		st.PoolInUse = own.InUse + peer.InUse
-		st.PoolCapacity = own.Committed + peer.Committed
-		st.PoolHighWater = own.HighWater + peer.HighWater
-	}
+	p.Status(&st)
 	return st
 }
 
@@ -268,4 +272,46 @@ func (mv *modelVersion) stubOptions() map[string]any {
 		"decoupled":                    mv.decoupled,
 		"force_cpu_only_input_tensors": mv.forceCPUInputs,
 	}
+}
+
+// An instance is the host of its stubs (stubproc.Host): what they need
+// from the model reaches them through these methods.
+
+// Finish implements stubproc.Host.
+func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
+	inst.mv.finish(pr, resp, err, final)
+}
+
+// Executed implements stubproc.Host.
+func (inst *instance) Executed(size int64, d time.Duration) {
+	inst.mv.stats.executionDone(size, 0, d, 0)
+	inst.executions.Add(1)
+}
+
+// Direct implements stubproc.Host.
+func (inst *instance) Direct() <-chan *stubproc.Batch { return inst.direct }
+
+// Queue implements stubproc.Host.
+func (inst *instance) Queue() <-chan *stubproc.Batch { return inst.mv.queue }
+
+// Heartbeat implements stubproc.Host.
+func (inst *instance) Heartbeat(t time.Time) { inst.setHeartbeat(t) }
+
+// Unhealthy implements stubproc.Host.
+func (inst *instance) Unhealthy() { inst.setState(backendapi.StubUnhealthy) }
+
+// Stopping implements stubproc.Host.
+func (inst *instance) Stopping() bool { return inst.isStopping() }
+
+// BLS implements stubproc.Host (bls.go).
+func (inst *instance) BLS(p *stubproc.Proc, m *ipc.InferExecMsg) { inst.mv.sup.bls(p, m) }
+
+// BLSCancel implements stubproc.Host.
+func (inst *instance) BLSCancel(p *stubproc.Proc, m *ipc.InferCancelMsg) {
+	inst.mv.sup.blsReg.cancel(blsKey{p, m.ID}) // bls.go
+}
+
+// Control implements stubproc.Host (modelctl.go).
+func (inst *instance) Control(p *stubproc.Proc, m *ipc.ModelControlMsg) {
+	inst.mv.sup.modelControl(p, m)
 }

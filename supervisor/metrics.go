@@ -12,6 +12,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // CustomMetrics implements backendapi.Backend: it asks every live stub,
@@ -21,7 +22,7 @@ import (
 // values add up (gauges included). A model's metrics update without any
 // message; they cross the ring only here, when someone scrapes.
 func (s *Supervisor) CustomMetrics(ctx context.Context) ([]backendapi.MetricFamily, error) {
-	var procs []*stubProc
+	var procs []*stubproc.Proc
 	s.mu.RLock()
 	for _, e := range s.models {
 		for _, mv := range e.versions {
@@ -51,16 +52,16 @@ func (s *Supervisor) CustomMetrics(ctx context.Context) ([]backendapi.MetricFami
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := p.call(func(id uint64) ipc.Message { return &ipc.CollectMetricsMsg{ID: id} }, timeout)
+			res, err := p.Call(func(id uint64) ipc.Message { return &ipc.CollectMetricsMsg{ID: id} }, timeout)
 			if err == nil && res.Error != nil {
-				err = resultError(res.Error)
+				err = stubproc.ResultError(res.Error)
 			}
 			var fams []backendapi.MetricFamily
 			if err == nil {
 				fams, err = parseMetricFamilies(res.Value)
 			}
 			if err != nil {
-				p.log.Debug("custom metrics not collected", "error", err)
+				p.Log().Debug("custom metrics not collected", "error", err)
 				return
 			}
 			mu.Lock()

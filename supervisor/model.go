@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,6 +17,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // modelVersion is one loaded version of a model: its configuration, its
@@ -43,7 +43,7 @@ type modelVersion struct {
 	labels map[string][]string
 
 	// queue holds batches any instance may take.
-	queue chan *batch
+	queue chan *stubproc.Batch
 	// pipelineDepth is how many executes a stub of this model may have
 	// queued (see pipelineDepth).
 	pipelineDepth int
@@ -71,11 +71,11 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		kind:          modelconfig.Kind(cfg),
 		decoupled:     cfg.GetModelTransactionPolicy().GetDecoupled(),
 		sig:           newSignature(cfg),
-		queue:         make(chan *batch, 1024),
+		queue:         make(chan *stubproc.Batch, 1024),
 		pipelineDepth: pipelineDepth,
 	}
 	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
-	if mv.labels, err = readLabels(cfg, dir); err != nil {
+	if mv.labels, err = stubproc.ReadLabels(cfg, dir); err != nil {
 		return nil, err
 	}
 	if v, ok := modelconfig.Parameter(cfg, "FORCE_CPU_ONLY_INPUT_TENSORS"); !ok || strings.EqualFold(v, "yes") {
@@ -179,8 +179,8 @@ func (mv *modelVersion) stop(deadline time.Time) {
 	case <-t.C:
 		mv.sup.log.Warn("requests still running at the stop deadline; they fail", "model", mv.name)
 		for _, inst := range mv.instances {
-			if p := inst.liveProc(); p != nil && p.busy() {
-				p.kill("model stopped while the execute was still running")
+			if p := inst.liveProc(); p != nil && p.Busy() {
+				p.Kill("model stopped while the execute was still running")
 			}
 		}
 	}
@@ -200,7 +200,7 @@ func (mv *modelVersion) stop(deadline time.Time) {
 	for {
 		select {
 		case b := <-mv.queue:
-			for _, pr := range b.items {
+			for _, pr := range b.Items {
 				mv.finish(pr, nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", mv.name), true)
 			}
 		default:
@@ -210,7 +210,7 @@ func (mv *modelVersion) stop(deadline time.Time) {
 }
 
 // submit validates a request and queues it.
-func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool)) (*pending, error) {
+func (mv *modelVersion) submit(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool)) (*stubproc.Request, error) {
 	return mv.submitTo(ctx, req, stream, false)
 }
 
@@ -230,14 +230,12 @@ func (mv *modelVersion) enter() error {
 // submitTo is submit; with own, stream takes over every response it gets
 // and releases it itself (an ensemble keeps a step's outputs in the
 // stub's arena until the steps that read them are done).
-func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool), own bool) (*pending, error) {
+func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool), own bool) (*stubproc.Request, error) {
 	n, err := mv.sig.validate(req)
 	if err != nil {
 		return nil, err
 	}
-	pr := newPending(ctx, req, n)
-	pr.stream = stream
-	pr.own = own
+	pr := stubproc.NewRequest(ctx, req, n, stream, own)
 	if err := mv.enter(); err != nil {
 		return nil, err
 	}
@@ -253,39 +251,29 @@ func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferReque
 // inputs under way; none starts after), and finish, not respond, ends it:
 // whoever ends the request first takes it off the version's active count,
 // or unloading waits for it in vain. Another goroutine that ended it first
-// may still be in its final call until pr.done closes.
-func (mv *modelVersion) abandon(pr *pending, err error) {
-	pr.mu.Lock()
-	pr.abandoned = true
-	pr.mu.Unlock()
-	pr.cancel()
-	pr.leave()
+// may still be in its final call until pr.Done() closes.
+func (mv *modelVersion) abandon(pr *stubproc.Request, err error) {
+	pr.Abandon()
 	mv.finish(pr, nil, err, true)
 }
 
 // finish records the end of a response and hands it over; a response nobody
 // wants any more (or a streamed one, after its callback) is released.
-func (mv *modelVersion) finish(pr *pending, resp *backendapi.InferResponse, err error, final bool) {
-	if pr.filler {
+func (mv *modelVersion) finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
+	if pr.Filler() {
 		resp.Release()
-		pr.respond(nil, nil, true)
+		pr.Respond(nil, nil, true)
 		return
 	}
-	if tr := pr.trace; tr != nil {
-		traceResponse(tr, pr, final || pr.stream == nil)
-	}
+	pr.TraceResponse(final)
 	// Statistics are recorded before the caller hears of the end, so a
 	// client (or an ensemble) that reads them after its response sees
 	// this request counted.
-	if pr.claimStats(err, final) {
-		now := time.Now()
-		started := pr.started
-		if started.IsZero() {
-			started = now
-		}
-		mv.stats.requestDone(err, pr.batch, now.Sub(pr.queued), started.Sub(pr.queued), now.Sub(started))
+	if pr.ClaimStats(err, final) {
+		total, queue, compute := pr.Durations(time.Now())
+		mv.stats.requestDone(err, pr.Size(), total, queue, compute)
 	}
-	taken, ended := pr.respond(resp, err, final)
+	taken, ended := pr.Respond(resp, err, final)
 	if !taken {
 		resp.Release()
 	}
@@ -309,7 +297,7 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 	for {
 		select {
 		case b := <-mv.queue:
-			for _, pr := range b.items {
+			for _, pr := range b.Items {
 				mv.finish(pr, nil, err, true)
 			}
 		default:
@@ -389,57 +377,6 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
-}
-
-// parametersJSON encodes request parameters for the stub.
-func parametersJSON(p map[string]any) string {
-	b, err := json.Marshal(p)
-	if err != nil {
-		return "{}"
-	}
-	return string(b)
-}
-
-// parseParametersJSON decodes response parameters from the stub, keeping
-// integers as int64.
-func parseParametersJSON(s string) (map[string]any, error) {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	var raw map[string]any
-	if err := dec.Decode(&raw); err != nil {
-		return nil, err
-	}
-	for k, v := range raw {
-		if n, ok := v.(json.Number); ok {
-			if i, err := n.Int64(); err == nil {
-				raw[k] = i
-			} else if f, err := n.Float64(); err == nil {
-				raw[k] = f
-			}
-		}
-	}
-	return raw, nil
-}
-
-// traceResponse records a response's timestamps in a traced request's
-// Trace, before the response is delivered (the caller reads the Trace once
-// the final one was).
-func traceResponse(tr *backendapi.Trace, pr *pending, final bool) {
-	now := time.Now()
-	pr.mu.Lock()
-	defer pr.mu.Unlock()
-	if pr.ended || pr.abandoned {
-		return // the caller may be reading the Trace already
-	}
-	tr.QueueStart = pr.queued
-	tr.ComputeStart = pr.started
-	if tr.ComputeOutputStart.IsZero() {
-		tr.ComputeOutputStart = now
-	}
-	if final {
-		tr.ComputeEnd = now
-		tr.RequestEnd = now
-	}
 }
 
 // errNoModelFile is Triton's text for a Python model without its model.py.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // modelControl serves the model loading API of pb_utils (load_model,
@@ -13,7 +14,7 @@ import (
 // of its own: a load runs the loaded model's initialize, which may itself
 // call back. The same rules as the repository endpoints apply (explicit
 // model-control mode for load and unload).
-func (s *Supervisor) modelControl(p *stubProc, m *ipc.ModelControlMsg) {
+func (s *Supervisor) modelControl(p *stubproc.Proc, m *ipc.ModelControlMsg) {
 	ctx := context.Background()
 	var value any
 	var err error
@@ -57,11 +58,5 @@ func (s *Supervisor) modelControl(p *stubProc, m *ipc.ModelControlMsg) {
 	default:
 		err = backendapi.Errorf(backendapi.InvalidArg, "unknown model control operation '%s'", m.Op)
 	}
-	res := &ipc.ControlResultMsg{ID: m.ID, Value: value}
-	if err != nil {
-		res.Error = &ipc.Error{Code: uint8(backendapi.CodeOf(err)), Message: backendapi.MessageOf(err)}
-	}
-	if err := p.conn.Send(res); err != nil && p.alive() {
-		p.log.Warn("send ControlResult", "error", err)
-	}
+	p.ControlReply(m.ID, value, err)
 }

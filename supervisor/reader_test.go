@@ -14,7 +14,7 @@ import (
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
-// The callers of requests read the stub's ring themselves (stubProc.read).
+// The callers of requests read the stub's ring themselves (stubproc.Proc.read).
 // These tests cover the moments when no caller is left to read.
 
 // slowRequest asks batch_slow to sleep ms milliseconds.

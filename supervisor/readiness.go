@@ -7,6 +7,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // readyCheckTimeout bounds how long a readiness request waits for a
@@ -37,7 +38,7 @@ func hasReadyFn(v any) bool {
 }
 
 // check asks p's model whether it is ready.
-func (u *userReadiness) check(p *stubProc) (bool, error) {
+func (u *userReadiness) check(p *stubproc.Proc) (bool, error) {
 	u.mu.Lock()
 	done := u.inflight
 	if done == nil {
@@ -58,12 +59,12 @@ func (u *userReadiness) check(p *stubProc) (bool, error) {
 
 // run sends IsReady and records the answer; it waits as long as the stub
 // lives (the call ends with the stub).
-func (u *userReadiness) run(p *stubProc, done chan struct{}) {
+func (u *userReadiness) run(p *stubproc.Proc, done chan struct{}) {
 	ready, err := false, error(nil)
-	res, err := p.call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }, 0)
+	res, err := p.Call(func(id uint64) ipc.Message { return &ipc.IsReadyMsg{ID: id} }, 0)
 	if err == nil {
 		if res.Error != nil {
-			err = resultError(res.Error)
+			err = stubproc.ResultError(res.Error)
 		} else if b, ok := res.Value.(bool); ok {
 			ready = b
 		} else {
@@ -81,7 +82,7 @@ func (u *userReadiness) run(p *stubProc, done chan struct{}) {
 func (mv *modelVersion) userReady() error {
 	for _, inst := range mv.instances {
 		p := inst.liveProc()
-		if p == nil || !p.readyFn {
+		if p == nil || !p.ReadyFn() {
 			continue
 		}
 		ok, err := inst.readiness.check(p)

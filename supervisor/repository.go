@@ -21,6 +21,8 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/clientshm"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // loadStartupModels registers every model of the repositories and loads
@@ -387,25 +389,25 @@ func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir string) (*in
 	if err != nil {
 		return nil, err
 	}
-	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp}
+	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp, sig: &signature{}}
 	inst := newInstance(mv, cfg.GetName()+"_autocomplete", "CPU", 0)
-	p, err := inst.spawn()
+	p, err := stubproc.Spawn(inst.procConfig(), inst)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { p.kill("auto-complete done"); <-p.exited }()
+	defer func() { p.Kill("auto-complete done"); <-p.Exited() }()
 	js, err := modelconfig.ToJSON(cfg)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.call(func(id uint64) ipc.Message {
+	res, err := p.Call(func(id uint64) ipc.Message {
 		return &ipc.AutoCompleteMsg{ID: id, Options: map[string]any{"model_file": modelFile}, ConfigJSON: string(js)}
 	}, s.opts.InitializeTimeout)
 	if err != nil {
 		return nil, err
 	}
 	if res.Error != nil {
-		return nil, resultError(res.Error)
+		return nil, stubproc.ResultError(res.Error)
 	}
 	out, ok := res.Value.(string)
 	if !ok {
@@ -580,4 +582,33 @@ func (s *Supervisor) StartupFailures() []string {
 	names := slices.Clone(s.startupFailed)
 	slices.Sort(names)
 	return names
+}
+
+// gpuOptions tells Normalize the devices the CUDA driver reports, when the
+// config has a group that needs them (KIND_GPU without gpus, or KIND_AUTO),
+// so that such a group runs on every device as in Triton. The driver is
+// loaded only then; without one the groups stay as they are and Validate
+// says that no GPU is available.
+func gpuOptions(cfg *inferencepb.ModelConfig) []modelconfig.Option {
+	need := false
+	for _, g := range cfg.GetInstanceGroup() {
+		switch g.GetKind() {
+		case inferencepb.ModelInstanceGroup_KIND_AUTO:
+			need = true
+		case inferencepb.ModelInstanceGroup_KIND_GPU:
+			need = need || len(g.GetGpus()) == 0
+		}
+	}
+	if !need {
+		return nil
+	}
+	d, err := clientshm.CUDADriver()
+	if err != nil || d.DeviceCount() == 0 {
+		return nil
+	}
+	ids := make([]int, d.DeviceCount())
+	for i := range ids {
+		ids[i] = i
+	}
+	return []modelconfig.Option{modelconfig.WithGPUs(ids...)}
 }

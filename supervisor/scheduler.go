@@ -1,6 +1,21 @@
 package supervisor
 
-import "github.com/stubvisor/stubvisor/backendapi/modelconfig"
+import (
+	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
+)
+
+// pipelineDepth is how many Execute messages a stub may have queued: one
+// running and the rest waiting in its ring, so the stub starts the next
+// batch without waiting for the supervisor, which on a busy machine may be
+// slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
+// handed to a stub can no longer grow, so only one waits there while the
+// batcher merges the requests that arrive meanwhile. A model with several
+// instances pipelines only sequences (see newModelVersion).
+const (
+	pipelineDepth      = 4
+	batchPipelineDepth = 2
+)
 
 // newScheduler picks the scheduler a model's config asks for: the
 // sequence batcher, the dynamic batcher (also for a max_batch_size 0 model
@@ -13,11 +28,11 @@ import "github.com/stubvisor/stubvisor/backendapi/modelconfig"
 func newScheduler(mv *modelVersion) (scheduler, error) {
 	switch {
 	case mv.cfg.GetSequenceBatching() != nil:
-		mv.queue = make(chan *batch)
+		mv.queue = make(chan *stubproc.Batch)
 		mv.pipelineDepth = batchPipelineDepth
 		return newSequenceBatcher(mv, mv.cfg.GetSequenceBatching())
 	case mv.cfg.GetDynamicBatching() != nil || modelconfig.RequestsPerExecute(mv.cfg) > 1:
-		mv.queue = make(chan *batch)
+		mv.queue = make(chan *stubproc.Batch)
 		mv.pipelineDepth = batchPipelineDepth
 		return newDynamicBatcher(mv, mv.cfg.GetDynamicBatching(), modelconfig.RequestsPerExecute(mv.cfg)), nil
 	}
@@ -28,16 +43,16 @@ func newScheduler(mv *modelVersion) (scheduler, error) {
 // first free instance take it.
 type defaultScheduler struct{ mv *modelVersion }
 
-func (s *defaultScheduler) enqueue(pr *pending) error {
-	b := pr.soloBatch()
+func (s *defaultScheduler) enqueue(pr *stubproc.Request) error {
+	b := pr.Solo()
 	if p := s.mv.freeStub(); p != nil {
-		p.execute(b)
+		p.Execute(b)
 		return nil
 	}
 	select {
 	case s.mv.queue <- b:
 		return nil
-	case <-pr.ctx.Done():
+	case <-pr.Context().Done():
 		return cancelledWhileQueued(s.mv, pr)
 	}
 }
@@ -47,17 +62,17 @@ func (s *defaultScheduler) stop() {}
 // freeStub takes a pipeline slot of the instance with the most free ones,
 // when no batch is queued before it, so the caller sends its request
 // itself.
-func (mv *modelVersion) freeStub() *stubProc {
+func (mv *modelVersion) freeStub() *stubproc.Proc {
 	if len(mv.queue) > 0 {
 		return nil
 	}
-	var best *stubProc
+	var best *stubproc.Proc
 	for _, inst := range mv.instances {
-		if p := inst.liveProc(); p != nil && (best == nil || len(p.slots) > len(best.slots)) {
+		if p := inst.liveProc(); p != nil && (best == nil || p.FreeSlots() > best.FreeSlots()) {
 			best = p
 		}
 	}
-	if best == nil || !best.takeSlot() {
+	if best == nil || !best.TakeSlot() {
 		return nil
 	}
 	return best
@@ -67,6 +82,6 @@ func (mv *modelVersion) freeStub() *stubProc {
 // direct queue. The default hands each request to its own execute, as
 // Triton's default scheduler does.
 type scheduler interface {
-	enqueue(pr *pending) error
+	enqueue(pr *stubproc.Request) error
 	stop()
 }

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // sequenceBatcher is Triton's sequence batcher. Every sequence (a
@@ -71,9 +71,9 @@ type sequence struct {
 	key     seqKey
 	lane    *lane // nil while in the backlog
 	slot    int
-	proc    *stubProc // the stub that holds its state, once known
-	queue   []*pending
-	running *pending // the request the instance has, nil when none
+	proc    *stubproc.Proc // the stub that holds its state, once known
+	queue   []*stubproc.Request
+	running *stubproc.Request // the request the instance has, nil when none
 	last    time.Time
 	ended   bool // its END request arrived; it leaves once drained
 }
@@ -153,13 +153,13 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 
 // enqueue checks the request's place in its sequence, adds the control
 // inputs and queues it behind the sequence's earlier requests.
-func (s *sequenceBatcher) enqueue(pr *pending) error {
-	req := pr.req
+func (s *sequenceBatcher) enqueue(pr *stubproc.Request) error {
+	req := pr.Req()
 	m := s.mv.name
 	if req.CorrelationID.IsZero() && !s.iterative {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify a non-zero or non-empty correlation ID", m)
 	}
-	if s.mv.sig.maxBatch > 0 && pr.batch != 1 {
+	if s.mv.sig.maxBatch > 0 && pr.Size() != 1 {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", m)
 	}
 
@@ -185,7 +185,7 @@ func (s *sequenceBatcher) enqueue(pr *pending) error {
 		// have left (and reused their requests) by then.
 		nr.Inputs[i].Shape = slices.Clone(req.Inputs[i].Shape)
 	}
-	pr.req = &nr
+	pr.SetReq(&nr)
 	if s.lanes == nil {
 		for _, inst := range s.mv.instances {
 			s.lanes = append(s.lanes, &lane{inst: inst, slots: make([]*sequence, s.slots)})
@@ -306,7 +306,7 @@ func (s *sequenceBatcher) pump(l *lane) {
 			if seq == nil || seq.running != nil || len(seq.queue) == 0 {
 				continue
 			}
-			if seq.proc != nil && (seq.proc != cur || !cur.alive()) {
+			if seq.proc != nil && (seq.proc != cur || !cur.Alive()) {
 				s.lose(seq)
 				continue
 			}
@@ -339,11 +339,11 @@ func (s *sequenceBatcher) pump(l *lane) {
 			seq.queue = seq.queue[1:]
 		}
 		l.outstanding++
-		b := &batch{items: items}
-		var handedBack chan *pending
+		b := &stubproc.Batch{Items: items}
+		var handedBack chan *stubproc.Request
 		if s.iterative {
-			handedBack = make(chan *pending, len(items))
-			b.requeue = func(pr *pending) { s.requeue(members, handedBack, pr) }
+			handedBack = make(chan *stubproc.Request, len(items))
+			b.Requeue = func(pr *stubproc.Request) { s.requeue(members, handedBack, pr) }
 		}
 		// direct holds at most mv.pipelineDepth of this lane's batches, far
 		// below its capacity, so the send does not block.
@@ -359,10 +359,10 @@ func (s *sequenceBatcher) pump(l *lane) {
 func (s *sequenceBatcher) choose(heads []*sequence, now time.Time) ([]*sequence, time.Time) {
 	if s.oldest {
 		heads = slices.Clone(heads)
-		slices.SortStableFunc(heads, func(a, b *sequence) int { return a.queue[0].queued.Compare(b.queue[0].queued) })
+		slices.SortStableFunc(heads, func(a, b *sequence) int { return a.queue[0].Queued().Compare(b.queue[0].Queued()) })
 		full := int64(len(heads)) > s.rule.limit
 		heads = heads[:min(int64(len(heads)), s.rule.limit)]
-		items := make([]*pending, len(heads))
+		items := make([]*stubproc.Request, len(heads))
 		sizes := make([]int64, len(heads))
 		for i, seq := range heads {
 			items[i], sizes[i] = seq.queue[0], 1
@@ -373,9 +373,9 @@ func (s *sequenceBatcher) choose(heads []*sequence, now time.Time) ([]*sequence,
 	if s.delay == 0 || s.minSlots == 0 || float32(len(heads))/float32(s.slots) >= s.minSlots {
 		return heads, time.Time{}
 	}
-	oldest := heads[0].queue[0].queued
+	oldest := heads[0].queue[0].Queued()
 	for _, seq := range heads[1:] {
-		if q := seq.queue[0].queued; q.Before(oldest) {
+		if q := seq.queue[0].Queued(); q.Before(oldest) {
 			oldest = q
 		}
 	}
@@ -389,15 +389,15 @@ func (s *sequenceBatcher) choose(heads []*sequence, now time.Time) ([]*sequence,
 // Under direct, a batch's position i is slot i, as the model may keep
 // per-slot state: a slot with no request up to the last one used gets a
 // filler whose READY control is false.
-func (s *sequenceBatcher) batchOf(members []*sequence) []*pending {
+func (s *sequenceBatcher) batchOf(members []*sequence) []*stubproc.Request {
 	if s.oldest {
-		items := make([]*pending, len(members))
+		items := make([]*stubproc.Request, len(members))
 		for i, seq := range members {
 			items[i] = seq.queue[0]
 		}
 		return items
 	}
-	items := make([]*pending, 0, members[len(members)-1].slot+1)
+	items := make([]*stubproc.Request, 0, members[len(members)-1].slot+1)
 	for _, seq := range members {
 		for len(items) < seq.slot {
 			items = append(items, s.filler(members[0].queue[0]))
@@ -409,10 +409,10 @@ func (s *sequenceBatcher) batchOf(members []*sequence) []*pending {
 
 // filler is a not-ready request shaped like like: its inputs zeroed, its
 // controls all false and a zero correlation id. Its responses are dropped.
-func (s *sequenceBatcher) filler(like *pending) *pending {
+func (s *sequenceBatcher) filler(like *stubproc.Request) *stubproc.Request {
 	ctrl, _ := s.controlInputs(backendapi.CorrelationID{}, false, false, false)
-	req := &backendapi.InferRequest{ModelName: like.req.ModelName, ModelVersion: like.req.ModelVersion}
-	for _, in := range like.req.Inputs {
+	req := &backendapi.InferRequest{ModelName: like.Req().ModelName, ModelVersion: like.Req().ModelVersion}
+	for _, in := range like.Req().Inputs {
 		if slices.ContainsFunc(ctrl, func(c backendapi.InputTensor) bool { return c.Name == in.Name }) {
 			continue
 		}
@@ -424,9 +424,7 @@ func (s *sequenceBatcher) filler(like *pending) *pending {
 		req.Inputs = append(req.Inputs, backendapi.InputTensor{Name: in.Name, DataType: in.DataType, Shape: in.Shape, Data: zero})
 	}
 	req.Inputs = append(req.Inputs, ctrl...)
-	pr := newPending(context.Background(), req, 1)
-	pr.filler = true
-	return pr
+	return stubproc.NewFiller(req)
 }
 
 // lose ends a sequence whose stub died: its state is gone, so its waiting
@@ -447,7 +445,7 @@ func (s *sequenceBatcher) lose(seq *sequence) {
 // requeue puts a request the model handed back at the head of its
 // sequence, to run again once the batch it came in has settled, and tells
 // that batch's await. Called by the stub process that ran it.
-func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *pending, pr *pending) {
+func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *stubproc.Request, pr *stubproc.Request) {
 	s.mu.Lock()
 	i := slices.IndexFunc(members, func(seq *sequence) bool { return seq.running == pr })
 	if s.stopped || i < 0 { // i < 0: not a request of this batch's sequences (a filler)
@@ -457,10 +455,10 @@ func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *pendin
 	}
 	defer s.mu.Unlock()
 	// As in Triton, the request runs on as neither the start nor the end
-	// of its sequence. pr.req is the batcher's own copy (enqueue).
-	pr.req.Flags &^= backendapi.FlagSequenceStart | backendapi.FlagSequenceEnd
-	ctrl, _ := s.controlInputs(pr.req.CorrelationID, false, false, true) // the id encoded before
-	copy(pr.req.Inputs[len(pr.req.Inputs)-len(ctrl):], ctrl)
+	// of its sequence. pr.Req() is the batcher's own copy (enqueue).
+	pr.Req().Flags &^= backendapi.FlagSequenceStart | backendapi.FlagSequenceEnd
+	ctrl, _ := s.controlInputs(pr.Req().CorrelationID, false, false, true) // the id encoded before
+	copy(pr.Req().Inputs[len(pr.Req().Inputs)-len(ctrl):], ctrl)
 	members[i].queue = slices.Insert(members[i].queue, 0, pr)
 	handedBack <- pr // buffered for every request of the batch
 }
@@ -472,14 +470,14 @@ func (s *sequenceBatcher) unloaded() error {
 // await waits until each request of a batch ended or was handed back
 // (requeue), then lets each sequence send its next request. An iterative
 // sequence whose request ended is over.
-func (s *sequenceBatcher) await(l *lane, items []*pending, handedBack <-chan *pending, members []*sequence) {
+func (s *sequenceBatcher) await(l *lane, items []*stubproc.Request, handedBack <-chan *stubproc.Request, members []*sequence) {
 	defer s.wg.Done()
-	var back []*pending
+	var back []*stubproc.Request
 settle:
 	for _, pr := range items {
 		for !slices.Contains(back, pr) {
 			select {
-			case <-pr.done:
+			case <-pr.Done():
 				continue settle
 			case h := <-handedBack:
 				back = append(back, h)
@@ -520,7 +518,7 @@ func (s *sequenceBatcher) reap() {
 				if seq.running != nil || len(seq.queue) > 0 {
 					continue
 				}
-				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.currentProc() || !seq.proc.alive()) {
+				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.currentProc() || !seq.proc.Alive()) {
 					s.lose(seq)
 					continue
 				}
@@ -549,7 +547,7 @@ func (s *sequenceBatcher) stop() {
 			l.timer.Stop()
 		}
 	}
-	var waiting []*pending
+	var waiting []*stubproc.Request
 	for _, seq := range s.seqs {
 		waiting = append(waiting, seq.queue...)
 		seq.queue = nil
@@ -577,7 +575,7 @@ func (s *sequenceBatcher) stop() {
 		for {
 			select {
 			case b := <-inst.direct:
-				for _, pr := range b.items {
+				for _, pr := range b.Items {
 					s.mv.finish(pr, nil, err, true)
 				}
 				continue

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // These tests cover what the sequence batcher decides before any stub is
@@ -68,7 +69,7 @@ func sequenceModel(t *testing.T, maxBatch int64) (*modelVersion, *sequenceBatche
 			{Name: "C", Control: []*inferencepb.ModelSequenceBatching_Control{{Kind: inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_CORRID, DataType: inferencepb.DataType_TYPE_UINT64}}},
 		},
 	}
-	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *batch)}
+	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *stubproc.Batch)}
 	s, err := newSequenceBatcher(mv, sb)
 	if err != nil {
 		t.Fatal(err)
@@ -77,11 +78,11 @@ func sequenceModel(t *testing.T, maxBatch int64) (*modelVersion, *sequenceBatche
 	return mv, s
 }
 
-func seqRequest(t *testing.T, mv *modelVersion, s *sequenceBatcher, id uint64, flags uint32, batch int64) (*pending, error) {
+func seqRequest(t *testing.T, mv *modelVersion, s *sequenceBatcher, id uint64, flags uint32, batch int64) (*stubproc.Request, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
-	pr := newPending(ctx, &backendapi.InferRequest{ModelName: "m", CorrelationID: backendapi.CorrelationID{Uint: id}, Flags: flags}, batch)
+	pr := stubproc.NewRequest(ctx, &backendapi.InferRequest{ModelName: "m", CorrelationID: backendapi.CorrelationID{Uint: id}, Flags: flags}, batch, nil, false)
 	mv.active.Add(1)
 	if err := s.enqueue(pr); err != nil {
 		mv.active.Done()
@@ -105,7 +106,7 @@ func TestSequenceControlInputs(t *testing.T) {
 		"R": {backendapi.TypeBool, []byte{1}},
 		"C": {backendapi.TypeUint64, binary.LittleEndian.AppendUint64(nil, 99)},
 	}
-	for _, in := range pr.req.Inputs {
+	for _, in := range pr.Req().Inputs {
 		w, ok := want[in.Name]
 		if !ok {
 			t.Errorf("unexpected input %s", in.Name)
@@ -169,12 +170,12 @@ func TestSequenceFiller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr.req.Inputs = append(pr.req.Inputs,
+	pr.Req().Inputs = append(pr.Req().Inputs,
 		backendapi.InputTensor{Name: "X", DataType: backendapi.TypeFP32, Shape: []int64{1, 3}, Data: make([]byte, 12)},
 		backendapi.InputTensor{Name: "T", DataType: backendapi.TypeBytes, Shape: []int64{1, 2}, Data: []byte{1, 0, 0, 0, 'a', 0, 0, 0, 0}})
 	f := s.filler(pr)
-	if !f.filler || f.req.CorrelationID != (backendapi.CorrelationID{}) || f.req.Flags != 0 {
-		t.Fatalf("filler = %+v", f.req)
+	if !f.Filler() || f.Req().CorrelationID != (backendapi.CorrelationID{}) || f.Req().Flags != 0 {
+		t.Fatalf("filler = %+v", f.Req())
 	}
 	want := map[string][]byte{
 		"S": binary.LittleEndian.AppendUint32(nil, 0),
@@ -184,7 +185,7 @@ func TestSequenceFiller(t *testing.T) {
 		"X": make([]byte, 12),
 		"T": make([]byte, 8), // two empty strings
 	}
-	for _, in := range f.req.Inputs {
+	for _, in := range f.Req().Inputs {
 		w, ok := want[in.Name]
 		if !ok || !bytes.Equal(in.Data, w) {
 			t.Errorf("%s = %v, want %v", in.Name, in.Data, w)
@@ -197,7 +198,7 @@ func TestSequenceFiller(t *testing.T) {
 	// Its responses are dropped and it ends without a caller.
 	mv.finish(f, nil, nil, true)
 	select {
-	case <-f.done:
+	case <-f.Done():
 	default:
 		t.Error("finish did not end the filler")
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/python"
+	"github.com/stubvisor/stubvisor/supervisor/clientshm"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // Model control modes (--model-control-mode).
@@ -82,7 +84,7 @@ func DefaultOptions() Options {
 type Supervisor struct {
 	opts     Options
 	log      hclog.Logger
-	launcher *launcher
+	launcher *stubproc.Launcher
 
 	mu     sync.RWMutex
 	models map[string]*modelEntry // every model seen in a repository or loaded
@@ -100,7 +102,7 @@ type Supervisor struct {
 	pyErr  error
 
 	// shm is the registry of client shared-memory regions (clientshm.go).
-	shm clientShm
+	shm clientshm.Registry
 	// bls is the registry of BLS requests in flight (bls.go).
 	blsReg blsCalls
 }
@@ -183,9 +185,10 @@ func New(opts Options) (*Supervisor, error) {
 		return nil, fmt.Errorf("supervisor: model control mode %q: want none, poll or explicit", opts.ModelControl)
 	}
 	s := &Supervisor{
-		opts: opts, log: opts.Logger, launcher: newLauncher(),
+		opts: opts, log: opts.Logger, launcher: stubproc.NewLauncher(),
 		models: map[string]*modelEntry{}, stopc: make(chan struct{}),
 	}
+	s.shm.Log = opts.Logger
 	if err := s.loadStartupModels(); err != nil {
 		return nil, err
 	}
@@ -222,8 +225,8 @@ func (s *Supervisor) Close(timeout time.Duration) {
 		go func() { defer wg.Done(); mv.stop(deadline) }()
 	}
 	wg.Wait()
-	s.shm.closeAll()
-	s.launcher.stop() // every stub is reaped: the thread that forked them may go
+	s.shm.CloseAll()
+	s.launcher.Stop() // every stub is reaped: the thread that forked them may go
 }
 
 // pythonDir extracts the embedded Python stub once.
@@ -233,6 +236,11 @@ func (s *Supervisor) pythonDir() (string, error) {
 	})
 	return s.pyDir, s.pyErr
 }
+
+// YieldToStubs runs every thread of this process under SCHED_BATCH, so
+// that a stub executing a model is never preempted by a supervisor thread
+// (stubproc.YieldToStubs says why).
+func YieldToStubs() error { return stubproc.YieldToStubs() }
 
 // Live implements backendapi.Backend.
 func (s *Supervisor) Live() bool { return !s.closing.Load() }
@@ -394,7 +402,7 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 		return nil, err
 	}
 	notifyQueued(req)
-	return pr.wait()
+	return pr.Wait()
 }
 
 // notifyQueued tells the front end that req has its place in the queue.
@@ -420,13 +428,13 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 		return err
 	}
 	notifyQueued(req)
-	if !pr.await() {
+	if !pr.Await() {
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
 		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", req.ModelName, ctx.Err()))
 		// When another goroutine ended the request first, it may still be
 		// inside send: done closes after its final call returns.
-		<-pr.done
+		<-pr.Done()
 	}
 	return nil
 }
@@ -472,6 +480,6 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 	return out, nil
 }
 
-func cancelledWhileQueued(mv *modelVersion, pr *pending) error {
-	return backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled while queued: %v", mv.name, pr.ctx.Err())
+func cancelledWhileQueued(mv *modelVersion, pr *stubproc.Request) error {
+	return backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled while queued: %v", mv.name, pr.Context().Err())
 }

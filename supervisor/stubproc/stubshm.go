@@ -1,6 +1,7 @@
-package supervisor
+package stubproc
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/clientshm"
 )
 
 // stubShm is the per-stub side: the lifeline socket that carries region
@@ -15,8 +17,12 @@ import (
 type stubShm struct {
 	mu     sync.Mutex
 	life   *os.File // supervisor end of the lifeline; nil once closed
-	mapped map[uint64]*shmRegion
+	mapped map[uint64]*clientshm.Region
 }
+
+// Unmap tells the stub to drop its mapping of r (clientshm.Mapper: the
+// region was unregistered and no request uses it).
+func (p *Proc) Unmap(r *clientshm.Region) { p.shm.unmap(p, r) }
 
 // ensureMapped makes sure the stub has mapped r before any message that
 // names it: the fd goes over the lifeline first, then MapRegion on the
@@ -24,59 +30,57 @@ type stubShm struct {
 //
 // A CUDA region sends no fd: MapRegion carries its IPC handle and device,
 // and the stub opens the handle itself. Only the Python stub speaks CUDA.
-func (ss *stubShm) ensureMapped(p *stubProc, r *shmRegion) error {
-	if r.fd == nil && r.cuda == nil {
-		return backendapi.Errorf(backendapi.Unsupported, "shared memory region '%s' cannot be used by a stub process", r.name)
+func (ss *stubShm) ensureMapped(p *Proc, r *clientshm.Region) error {
+	handle, device, isCUDA := r.CUDA()
+	if r.FD() == nil && !isCUDA {
+		return backendapi.Errorf(backendapi.Unsupported, "shared memory region '%s' cannot be used by a stub process", r.Name())
 	}
-	if r.cuda != nil && p.inst.mv.kind != modelconfig.KindPython {
-		return backendapi.Errorf(backendapi.Unsupported, "CUDA shared memory region '%s' cannot be used by model '%s': only Python models read CUDA memory", r.name, p.inst.mv.name)
+	if isCUDA && p.cfg.Kind != modelconfig.KindPython {
+		return backendapi.Errorf(backendapi.Unsupported, "CUDA shared memory region '%s' cannot be used by model '%s': only Python models read CUDA memory", r.Name(), p.cfg.Model)
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if _, ok := ss.mapped[r.id]; ok {
+	if _, ok := ss.mapped[r.ID()]; ok {
 		return nil
 	}
 	if ss.life == nil {
 		return p.failure()
 	}
-	msg := &ipc.MapRegionMsg{RegionID: r.id, Offset: r.offset, Size: r.size}
-	if r.cuda != nil {
-		msg.CUDAHandle, msg.DeviceID = r.cuda.handle, r.cuda.device
-	} else if err := sendFD(ss.life, r.fd, r.id); err != nil {
-		return backendapi.Errorf(backendapi.Internal, "failed to hand shared memory region '%s' to stub '%s': %v", r.name, p.inst.name, err)
+	offset, size := r.Window()
+	msg := &ipc.MapRegionMsg{RegionID: r.ID(), Offset: offset, Size: size}
+	if isCUDA {
+		msg.CUDAHandle, msg.DeviceID = handle, device
+	} else if err := sendFD(ss.life, r.FD(), r.ID()); err != nil {
+		return backendapi.Errorf(backendapi.Internal, "failed to hand shared memory region '%s' to stub '%s': %v", r.Name(), p.cfg.Instance, err)
 	}
 	if err := p.conn.Send(msg); err != nil {
 		return p.deathError(err)
 	}
 	if ss.mapped == nil {
-		ss.mapped = map[uint64]*shmRegion{}
+		ss.mapped = map[uint64]*clientshm.Region{}
 	}
-	ss.mapped[r.id] = r
-	p.env.regions.mu.Lock()
-	if r.stubs != nil {
-		r.stubs[p] = struct{}{}
-	}
-	p.env.regions.mu.Unlock()
+	ss.mapped[r.ID()] = r
+	p.cfg.Regions.AddMapper(r, p)
 	return nil
 }
 
 // unmap tells the stub to drop its mapping of r.
-func (ss *stubShm) unmap(p *stubProc, r *shmRegion) {
+func (ss *stubShm) unmap(p *Proc, r *clientshm.Region) {
 	ss.mu.Lock()
-	_, ok := ss.mapped[r.id]
-	delete(ss.mapped, r.id)
+	_, ok := ss.mapped[r.ID()]
+	delete(ss.mapped, r.ID())
 	ss.mu.Unlock()
-	if !ok || !p.alive() {
+	if !ok || !p.Alive() {
 		return
 	}
-	if err := p.conn.Send(&ipc.UnmapRegionMsg{RegionID: r.id}); err != nil && p.alive() {
-		p.log.Warn("unmap client shared memory", "region", r.name, "error", err)
+	if err := p.conn.Send(&ipc.UnmapRegionMsg{RegionID: r.ID()}); err != nil && p.Alive() {
+		p.log.Warn("unmap client shared memory", "region", r.Name(), "error", err)
 	}
 }
 
 // closeLifeline closes the supervisor's end of the lifeline once the
 // process is gone, and forgets what it had mapped.
-func (ss *stubShm) closeLifeline(p *stubProc) {
+func (ss *stubShm) closeLifeline(p *Proc) {
 	ss.mu.Lock()
 	life, mapped := ss.life, ss.mapped
 	ss.life, ss.mapped = nil, nil
@@ -87,27 +91,22 @@ func (ss *stubShm) closeLifeline(p *stubProc) {
 	if len(mapped) == 0 {
 		return
 	}
-	c := p.env.regions
-	c.mu.Lock()
-	for _, r := range mapped {
-		delete(r.stubs, p)
-	}
-	c.mu.Unlock()
+	p.cfg.Regions.ForgetMapper(p, slices.Collect(maps.Values(mapped)))
 }
 
 // clientTensors turns inputs in client regions into LocClient (system) or
 // LocCUDA descriptors and output requests into targets. It returns the regions it acquired
 // (released when the request ends) or an error with nothing held.
-func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion, err error) {
-	regions := p.env.regions
+func (p *Proc) clientTensors(pr *Request, r *ipc.Request) (held []*clientshm.Region, err error) {
+	regions := p.cfg.Regions
 	defer func() {
 		if err != nil {
-			regions.release(held)
+			regions.Release(held)
 			held = nil
 		}
 	}()
-	use := func(ref *backendapi.SharedMemoryRef) (*shmRegion, error) {
-		reg, err := regions.acquire(ref)
+	use := func(ref *backendapi.SharedMemoryRef) (*clientshm.Region, error) {
+		reg, err := regions.Acquire(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -125,14 +124,14 @@ func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion
 		}
 		if want, ok := tensorBytes(in.DataType, in.Shape); ok && want != in.SharedMemory.ByteSize {
 			return held, backendapi.Errorf(backendapi.InvalidArg, "input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d",
-				in.Name, p.inst.mv.name, want, in.SharedMemory.ByteSize)
+				in.Name, p.cfg.Model, want, in.SharedMemory.ByteSize)
 		}
 		loc := uint8(ipc.LocClient)
-		if reg.cuda != nil {
+		if _, _, isCUDA := reg.CUDA(); isCUDA {
 			loc = ipc.LocCUDA
 		}
 		r.Inputs[i] = ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: slices.Clone(in.Shape), Loc: loc,
-			Offset: in.SharedMemory.Offset, Size: in.SharedMemory.ByteSize, RegionID: reg.id}
+			Offset: in.SharedMemory.Offset, Size: in.SharedMemory.ByteSize, RegionID: reg.ID()}
 	}
 	for _, o := range pr.req.Outputs {
 		if o.SharedMemory == nil {
@@ -142,7 +141,7 @@ func (p *stubProc) clientTensors(pr *pending, r *ipc.Request) (held []*shmRegion
 		if err != nil {
 			return held, err
 		}
-		r.OutputTargets = append(r.OutputTargets, ipc.OutputTarget{Name: o.Name, RegionID: reg.id, Offset: o.SharedMemory.Offset, Size: o.SharedMemory.ByteSize})
+		r.OutputTargets = append(r.OutputTargets, ipc.OutputTarget{Name: o.Name, RegionID: reg.ID(), Offset: o.SharedMemory.Offset, Size: o.SharedMemory.ByteSize})
 	}
 	return held, nil
 }

@@ -1,12 +1,10 @@
-package supervisor
+package clientshm
 
 import (
 	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
-	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/supervisor/cuda"
 )
 
@@ -32,8 +30,8 @@ var (
 	cudaDrvErr error
 )
 
-// cudaDriver loads the driver on first use; the process keeps it.
-func cudaDriver() (*cuda.Driver, error) {
+// CUDADriver loads the driver on first use; the process keeps it.
+func CUDADriver() (*cuda.Driver, error) {
 	cudaOnce.Do(func() { cudaDrv, cudaDrvErr = cuda.Load() })
 	return cudaDrv, cudaDrvErr
 }
@@ -48,7 +46,7 @@ type cudaRegion struct {
 // openCUDARegion opens rawHandle on device deviceID and checks that
 // byteSize fits the allocation (cuMemGetAddressRange).
 func openCUDARegion(rawHandle []byte, deviceID int64, byteSize uint64) (*cudaRegion, error) {
-	d, err := cudaDriver()
+	d, err := CUDADriver()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNoGPU, err)
 	}
@@ -87,33 +85,4 @@ func cudaReason(err error) string {
 		return "failed to open CUDA IPC handle: " + err.Error()
 	}
 	return err.Error()
-}
-
-// gpuOptions tells Normalize the devices the CUDA driver reports, when the
-// config has a group that needs them (KIND_GPU without gpus, or KIND_AUTO),
-// so that such a group runs on every device as in Triton. The driver is
-// loaded only then; without one the groups stay as they are and Validate
-// says that no GPU is available.
-func gpuOptions(cfg *inferencepb.ModelConfig) []modelconfig.Option {
-	need := false
-	for _, g := range cfg.GetInstanceGroup() {
-		switch g.GetKind() {
-		case inferencepb.ModelInstanceGroup_KIND_AUTO:
-			need = true
-		case inferencepb.ModelInstanceGroup_KIND_GPU:
-			need = need || len(g.GetGpus()) == 0
-		}
-	}
-	if !need {
-		return nil
-	}
-	d, err := cudaDriver()
-	if err != nil || d.DeviceCount() == 0 {
-		return nil
-	}
-	ids := make([]int, d.DeviceCount())
-	for i := range ids {
-		ids[i] = i
-	}
-	return []modelconfig.Option{modelconfig.WithGPUs(ids...)}
 }

@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"context"
@@ -10,15 +10,16 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// pending is one request from the moment it is queued until its final
-// response. Exactly one of complete/fail ends it; both are idempotent.
-type pending struct {
+// Request is one request from the moment it is queued until its final
+// response. Its fields belong to this package: schedulers read them
+// through methods, and only the exchange and Respond write them.
+type Request struct {
 	ctx context.Context
 	req *backendapi.InferRequest
 	// trace is req.Trace, kept apart because req may be read only under
 	// hold once the request is queued.
 	trace   *backendapi.Trace
-	batch   int64 // the request's batch size (1 without batching)
+	size    int64 // the request's batch size (1 without batching)
 	queued  time.Time
 	started time.Time // handed to a stub
 
@@ -40,7 +41,7 @@ type pending struct {
 
 	// runner is the stub process the request was sent to; assigned closes
 	// when it is set, so a waiting caller can start reading its ring.
-	runner   atomic.Pointer[stubProc]
+	runner   atomic.Pointer[Proc]
 	assigned chan struct{}
 	// Set by the stub process that executes the request.
 	handle uint64
@@ -72,26 +73,92 @@ type pending struct {
 
 	// solo and soloItems are the one-request batch of the default
 	// scheduler, allocated with the request.
-	solo      batch
-	soloItems [1]*pending
+	solo      Batch
+	soloItems [1]*Request
 }
 
-func newPending(ctx context.Context, req *backendapi.InferRequest, batch int64) *pending {
-	return &pending{ctx: ctx, req: req, trace: req.Trace, batch: batch, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{})}
+// NewRequest starts a request of batch size size, queued now. stream, when
+// set, receives every response (a streaming request); with own, stream
+// takes over every response it gets and releases it itself (an ensemble
+// keeps a step's outputs in the stub's arena until the steps that read
+// them are done).
+func NewRequest(ctx context.Context, req *backendapi.InferRequest, size int64, stream func(*backendapi.InferResponse, error, bool), own bool) *Request {
+	return &Request{ctx: ctx, req: req, trace: req.Trace, size: size, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{}), stream: stream, own: own}
 }
 
-// soloBatch returns the request's own one-request batch. A request is
+// NewFiller is a request the sequence batcher makes up to keep a direct
+// batch's slots in place: no caller, no statistics, and its responses are
+// dropped.
+func NewFiller(req *backendapi.InferRequest) *Request {
+	pr := NewRequest(context.Background(), req, 1, nil, false)
+	pr.filler = true
+	return pr
+}
+
+// Context is the caller's context.
+func (p *Request) Context() context.Context { return p.ctx }
+
+// Req is the request as the caller sent it, or the scheduler's copy
+// (SetReq). Once the request is queued its caller may leave and reuse it:
+// only the scheduler that holds the request in its queue reads it then.
+func (p *Request) Req() *backendapi.InferRequest { return p.req }
+
+// SetReq replaces the request with a scheduler's own copy (the sequence
+// batcher adds the control inputs), before the request is queued.
+func (p *Request) SetReq(req *backendapi.InferRequest) { p.req = req }
+
+// Size is the request's batch size (1 without batching).
+func (p *Request) Size() int64 { return p.size }
+
+// Queued is when the request was queued.
+func (p *Request) Queued() time.Time { return p.queued }
+
+// Done is closed once the request has ended.
+func (p *Request) Done() <-chan struct{} { return p.done }
+
+// Filler reports whether the request is a sequence batcher's filler.
+func (p *Request) Filler() bool { return p.filler }
+
+// Streaming reports whether the request's responses go to a stream.
+func (p *Request) Streaming() bool { return p.stream != nil }
+
+// RunsNow marks a request that runs without waiting in a queue (an
+// ensemble's): its compute time starts at its queue time.
+func (p *Request) RunsNow() { p.started = p.queued }
+
+// Durations are the request's total, queue and compute times as of now
+// (a request no stub took spent all of its time queued).
+func (p *Request) Durations(now time.Time) (total, queue, compute time.Duration) {
+	started := p.started
+	if started.IsZero() {
+		started = now
+	}
+	return now.Sub(p.queued), started.Sub(p.queued), now.Sub(started)
+}
+
+// Abandon marks a request whose caller gave up: abandoned and cancelled,
+// and the caller leaves (waiting for a copy of the inputs under way; none
+// starts after). The caller then ends it (the model version's finish).
+func (p *Request) Abandon() {
+	p.mu.Lock()
+	p.abandoned = true
+	p.mu.Unlock()
+	p.Cancel()
+	p.leave()
+}
+
+// Solo returns the request's own one-request batch. A request is
 // enqueued once, so the batch is used once.
-func (p *pending) soloBatch() *batch {
+func (p *Request) Solo() *Batch {
 	p.soloItems[0] = p
-	p.solo.items = p.soloItems[:]
+	p.solo.Items = p.soloItems[:]
 	return &p.solo
 }
 
-// respond delivers one response. It reports whether the caller took the
+// Respond delivers one response. It reports whether the caller took the
 // response (when not, the caller of respond releases it) and whether this
 // call ended the request (true exactly once per request).
-func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool) (taken, ended bool) {
+func (p *Request) Respond(resp *backendapi.InferResponse, err error, final bool) (taken, ended bool) {
 	if p.stream == nil && err == nil {
 		// A non-decoupled model answers once: its response is final.
 		final = true
@@ -131,10 +198,10 @@ func (p *pending) respond(resp *backendapi.InferResponse, err error, final bool)
 	return true, true
 }
 
-// claimStats reports whether the response (err, final) about to be
+// ClaimStats reports whether the response (err, final) about to be
 // delivered ends the request and nobody recorded its statistics yet; true
 // at most once per request.
-func (p *pending) claimStats(err error, final bool) bool {
+func (p *Request) ClaimStats(err error, final bool) bool {
 	if !final && !(p.stream == nil && err == nil) {
 		return false
 	}
@@ -150,7 +217,7 @@ func (p *pending) claimStats(err error, final bool) bool {
 // assign records the stub process the request is sent to. A request
 // cancelled before that is cancelled on the stub too: the stub keeps the
 // handle, so the Cancel may even arrive before the Execute.
-func (p *pending) assign(sp *stubProc) {
+func (p *Request) assign(sp *Proc) {
 	if p.runner.CompareAndSwap(nil, sp) {
 		close(p.assigned)
 	}
@@ -159,10 +226,10 @@ func (p *pending) assign(sp *stubProc) {
 	}
 }
 
-// cancel cancels the request: a queued one is dropped when its batch is
+// Cancel cancels the request: a queued one is dropped when its batch is
 // formed, a running one is reported to its stub. The request still ends
 // as usual (the model decides how it answers a cancelled request).
-func (p *pending) cancel() {
+func (p *Request) Cancel() {
 	if p.cancelled.Swap(true) {
 		return
 	}
@@ -173,26 +240,26 @@ func (p *pending) cancel() {
 
 // tellStub sends Cancel for the request to the stub that runs it, unless
 // the request has already ended.
-func (p *pending) tellStub(sp *stubProc) {
+func (p *Request) tellStub(sp *Proc) {
 	p.mu.Lock()
 	ended := p.ended
 	p.mu.Unlock()
-	if ended || !sp.alive() {
+	if ended || !sp.Alive() {
 		return
 	}
 	sp.mu.Lock()
 	handle := p.handle
 	sp.mu.Unlock()
-	if err := sp.conn.Send(&ipc.CancelMsg{Handle: handle}); err != nil && sp.alive() {
+	if err := sp.conn.Send(&ipc.CancelMsg{Handle: handle}); err != nil && sp.Alive() {
 		sp.log.Warn("send Cancel", "handle", handle, "error", err)
 	}
 }
 
-// await blocks until the request ends (true) or its context is done
+// Await blocks until the request ends (true) or its context is done
 // (false). Once a stub runs the request, the caller takes its turn reading
-// that stub's ring (stubProc.read), so it usually reads its own response
+// that stub's ring (Proc.read), so it usually reads its own response
 // itself instead of being woken by another goroutine that did.
-func (p *pending) await() bool {
+func (p *Request) Await() bool {
 	for {
 		// Most often the request ended while this caller read the ring
 		// itself: see that without a select over every channel.
@@ -205,7 +272,7 @@ func (p *pending) await() bool {
 		sp := p.runner.Load()
 		if sp != nil {
 			assigned = nil
-			if sp.alive() {
+			if sp.Alive() {
 				lead = sp.lead
 			}
 		}
@@ -221,9 +288,9 @@ func (p *pending) await() bool {
 	}
 }
 
-// wait blocks until the request ends or ctx is done.
-func (p *pending) wait() (*backendapi.InferResponse, error) {
-	if p.await() {
+// Wait blocks until the request ends or ctx is done.
+func (p *Request) Wait() (*backendapi.InferResponse, error) {
+	if p.Await() {
 		return p.resp, p.err
 	}
 	p.mu.Lock()
@@ -232,7 +299,7 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 		return p.resp, p.err
 	}
 	p.abandoned = true
-	go p.cancel()
+	go p.Cancel()
 	if sp := p.runner.Load(); sp != nil {
 		// The stub still owes this request an answer, and it holds a
 		// pipeline slot until someone reads it: read on the caller's
@@ -247,7 +314,7 @@ func (p *pending) wait() (*backendapi.InferResponse, error) {
 
 // hold starts a use of req by the supervisor; it fails once the caller
 // left. unhold ends the use.
-func (p *pending) hold() bool {
+func (p *Request) hold() bool {
 	p.reqMu.Lock()
 	if p.left {
 		p.reqMu.Unlock()
@@ -256,32 +323,34 @@ func (p *pending) hold() bool {
 	return true
 }
 
-func (p *pending) unhold() { p.reqMu.Unlock() }
+func (p *Request) unhold() { p.reqMu.Unlock() }
 
 // leave is called by a caller that stops waiting: once it returns, the
 // supervisor does not touch req any more (see reqMu).
-func (p *pending) leave() {
+func (p *Request) leave() {
 	p.reqMu.Lock()
 	p.left = true
 	p.reqMu.Unlock()
 }
 
-// gone reports whether nobody waits for the request any more.
-func (p *pending) gone() bool {
+// Gone reports whether nobody waits for the request any more.
+func (p *Request) Gone() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ended || p.abandoned || p.cancelled.Load() || p.ctx.Err() != nil
 }
 
-// batch is the unit handed to one execute call.
-type batch struct {
-	id    uint64
-	items []*pending
-	sent  time.Time
-	// requeue, set by a scheduler that can run a request again (iterative
+// Batch is the unit handed to one execute call. A scheduler fills Items
+// (and Requeue); the rest is the exchange's.
+type Batch struct {
+	Items []*Request
+	// Requeue, set by a scheduler that can run a request again (iterative
 	// sequences), takes each request the model released with RESCHEDULE.
 	// Without it such a request fails.
-	requeue func(*pending)
+	Requeue func(*Request)
+
+	id   uint64
+	sent time.Time
 	// msg and msgReqs are where execute builds the Execute message of a
 	// one-request batch, so that sending it allocates nothing.
 	msg     ipc.ExecuteMsg
@@ -290,7 +359,7 @@ type batch struct {
 
 // onEnd registers f to run once the request has ended (right away when it
 // already has).
-func (pr *pending) setOnEnd(f func()) {
+func (pr *Request) setOnEnd(f func()) {
 	pr.mu.Lock()
 	if !pr.ended {
 		prev := pr.onEnd
@@ -305,4 +374,30 @@ func (pr *pending) setOnEnd(f func()) {
 	}
 	pr.mu.Unlock()
 	f()
+}
+
+// TraceResponse records a response's timestamps in a traced request's
+// Trace, before the response is delivered (the caller reads the Trace once
+// the final one was).
+func (p *Request) TraceResponse(final bool) {
+	tr := p.trace
+	if tr == nil {
+		return
+	}
+	final = final || p.stream == nil
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended || p.abandoned {
+		return // the caller may be reading the Trace already
+	}
+	tr.QueueStart = p.queued
+	tr.ComputeStart = p.started
+	if tr.ComputeOutputStart.IsZero() {
+		tr.ComputeOutputStart = now
+	}
+	if final {
+		tr.ComputeEnd = now
+		tr.RequestEnd = now
+	}
 }

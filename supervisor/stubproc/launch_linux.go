@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"syscall"
 )
 
-// launcher starts every stub process from one goroutine locked to its OS
+// Launcher starts every stub process from one goroutine locked to its OS
 // thread for the life of the supervisor.
 //
 // NOTE: Linux delivers Pdeathsig when the *thread* that forked the child
@@ -16,7 +16,7 @@ import (
 // forked from a thread that never goes away. With Pdeathsig=SIGKILL a stub
 // dies with the supervisor however the supervisor dies (SIGKILL included);
 // the stub's own getppid check is the second line of defence.
-type launcher struct {
+type Launcher struct {
 	reqs chan launchReq
 }
 
@@ -25,8 +25,8 @@ type launchReq struct {
 	errc chan error
 }
 
-func newLauncher() *launcher {
-	l := &launcher{reqs: make(chan launchReq)}
+func NewLauncher() *Launcher {
+	l := &Launcher{reqs: make(chan launchReq)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
 		normalPolicy()         // stubs inherit it (see YieldToStubs)
@@ -39,15 +39,15 @@ func newLauncher() *launcher {
 
 // start starts cmd in its own process group (so a terminal's Ctrl-C reaches
 // only the supervisor, which then stops stubs in order) with Pdeathsig.
-func (l *launcher) start(cmd *exec.Cmd) error {
+func (l *Launcher) start(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	errc := make(chan error, 1)
 	l.reqs <- launchReq{cmd: cmd, errc: errc}
 	return <-errc
 }
 
-// stop ends the launcher thread; call it only when no stub is alive.
-func (l *launcher) stop() { close(l.reqs) }
+// Stop ends the launcher thread; call it only when no stub is alive.
+func (l *Launcher) Stop() { close(l.reqs) }
 
 // kill sends SIGKILL to a stub. It is safe to call on a process that has
 // already exited.

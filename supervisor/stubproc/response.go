@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"errors"
@@ -20,8 +20,8 @@ type stubResponse struct {
 	outBuf [2]backendapi.OutputTensor
 	offBuf [2]uint64
 
-	p     *stubProc
-	pr    *pending
+	p     *Proc
+	pr    *Request
 	offs  []uint64
 	bytes uint64
 	held  bool
@@ -43,29 +43,29 @@ func (sr *stubResponse) release() {
 
 // response builds the front end's view of a stub response in sr: outputs
 // alias the stub's arena until Release.
-func (p *stubProc) response(sr *stubResponse, pr *pending, r *ipc.Response, offs []uint64, final bool) (*backendapi.InferResponse, error) {
+func (p *Proc) response(sr *stubResponse, pr *Request, r *ipc.Response, offs []uint64, final bool) (*backendapi.InferResponse, error) {
 	held := false
 	if r.Error != nil {
-		p.release(offs)
+		p.Release(offs)
 		return nil, backendapi.Errorf(backendapi.Code(r.Error.Code), "%s", r.Error.Message)
 	}
 	if !pr.hold() {
 		// The caller left: its request may already serve another.
-		p.release(offs)
-		return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled", p.inst.mv.name)
+		p.Release(offs)
+		return nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled", p.cfg.Model)
 	}
 	defer pr.unhold()
-	mv := p.inst.mv
+	model := p.cfg.Model
 	resp := &sr.resp
-	*resp = backendapi.InferResponse{ModelName: mv.name, ModelVersion: mv.version, ID: pr.req.ID, Outputs: sr.outBuf[:0]}
+	*resp = backendapi.InferResponse{ModelName: model, ModelVersion: p.cfg.Version, ID: pr.req.ID, Outputs: sr.outBuf[:0]}
 	if len(r.Outputs) > len(sr.outBuf) {
 		resp.Outputs = make([]backendapi.OutputTensor, 0, len(r.Outputs))
 	}
 	if r.ParametersJSON != "" && r.ParametersJSON != "{}" {
 		params, err := parseParametersJSON(r.ParametersJSON)
 		if err != nil {
-			p.release(offs)
-			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' sent malformed response parameters: %v", mv.name, err)
+			p.Release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' sent malformed response parameters: %v", model, err)
 		}
 		resp.Parameters = params
 	}
@@ -80,27 +80,27 @@ func (p *stubProc) response(sr *stubResponse, pr *pending, r *ipc.Response, offs
 			continue
 		}
 		if ref != nil {
-			p.release(offs)
-			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", mv.name, t.Name, ref.Region)
+			p.Release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' did not write output '%s' into shared memory region '%s' as requested", model, t.Name, ref.Region)
 		}
 		if t.Loc == ipc.LocArena0 && t.Size > 0 {
 			// The model returned an input as it came: the output is the
 			// input's block, which this response now holds.
 			if err := p.holdsInput(pr, t, final); err != nil {
-				p.release(offs)
-				return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
+				p.Release(offs)
+				return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", model, t.Name, err)
 			}
 			held = true
 		}
 		data, err := p.tensorData(t)
 		if err != nil {
-			p.release(offs)
-			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", mv.name, t.Name, err)
+			p.Release(offs)
+			return nil, backendapi.Errorf(backendapi.Internal, "model '%s' output '%s': %v", model, t.Name, err)
 		}
 		out := backendapi.OutputTensor{Name: t.Name, DataType: backendapi.DataType(t.DataType), Shape: t.Shape, Data: data}
 		if k := classification(pr.req, t.Name); k > 0 {
-			if out, err = classify(out, k, mv.sig.maxBatch > 0, mv.labels[t.Name]); err != nil {
-				p.release(offs)
+			if out, err = classify(out, k, p.cfg.Batched, p.cfg.Labels[t.Name]); err != nil {
+				p.Release(offs)
 				return nil, err
 			}
 		}
@@ -131,8 +131,8 @@ func (p *stubProc) response(sr *stubResponse, pr *pending, r *ipc.Response, offs
 // only the final response of a non-decoupled model may, and only inside
 // one of its own request's input blocks, which then live until the
 // response is released.
-func (p *stubProc) holdsInput(pr *pending, t ipc.Tensor, final bool) error {
-	if p.inst.mv.decoupled || !final {
+func (p *Proc) holdsInput(pr *Request, t ipc.Tensor, final bool) error {
+	if p.cfg.Decoupled || !final {
 		return fmt.Errorf("in the supervisor's arena in a decoupled or non-final response: %w", errBadOutput)
 	}
 	for _, off := range pr.inputs {
@@ -145,7 +145,7 @@ func (p *stubProc) holdsInput(pr *pending, t ipc.Tensor, final bool) error {
 
 // tensorData returns the bytes of a tensor the stub sent: in the message,
 // or in place in an arena.
-func (p *stubProc) tensorData(t ipc.Tensor) ([]byte, error) {
+func (p *Proc) tensorData(t ipc.Tensor) ([]byte, error) {
 	if t.Loc == ipc.LocInline {
 		return t.Data, nil
 	}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package supervisor
+package clientshm
 
 import (
 	"errors"
@@ -8,9 +8,5 @@ import (
 )
 
 var errNoClientShm = errors.New("client shared memory needs Linux")
-
-func lifeline() (parent, child *os.File, err error) { return nil, nil, nil }
-
-func sendFD(life, fd *os.File, id uint64) error { return errNoClientShm }
 
 func openShmKey(key string) (*os.File, uint64, error) { return nil, 0, errNoClientShm }

@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"bytes"
@@ -11,9 +11,9 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// prepStub is a stubProc with a region and no process: enough for prepare
+// prepStub is a Proc with a region and no process: enough for prepare
 // and freeInputs.
-func prepStub(t *testing.T) *stubProc {
+func prepStub(t *testing.T) *Proc {
 	t.Helper()
 	s := ipc.DefaultSettings()
 	s.Pool.DefaultBytes, s.Pool.GrowthBytes, s.Pool.MaxBytes = 1<<20, 1<<20, 16<<20
@@ -22,8 +22,8 @@ func prepStub(t *testing.T) *stubProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &stubProc{conn: conn, log: hclog.NewNullLogger(), exited: make(chan struct{}),
-		inst: &instance{name: "m_0_0", mv: &modelVersion{name: "m"}}}
+	return &Proc{conn: conn, log: hclog.NewNullLogger(), exited: make(chan struct{}),
+		cfg: Config{Instance: "m_0_0", Model: "m"}}
 }
 
 func filled(n int, seed byte) []byte {
@@ -34,7 +34,7 @@ func filled(n int, seed byte) []byte {
 	return b
 }
 
-func inUse(p *stubProc) uint64 {
+func inUse(p *Proc) uint64 {
 	own, _ := p.conn.Usage()
 	return own.InUse
 }
@@ -52,7 +52,7 @@ func TestPrepareSendsSmallInputsInline(t *testing.T) {
 		{Name: "BIG", DataType: backendapi.TypeUint8, Shape: []int64{ipc.InlineMax + 1}, Data: big},
 		{Name: "EMPTY", DataType: backendapi.TypeUint8, Shape: []int64{0}},
 	}}
-	pr := newPending(context.Background(), req, 1)
+	pr := NewRequest(context.Background(), req, 1, nil, false)
 	room := 1 << 20
 	r, err := p.prepare(pr, &room)
 	if err != nil {
@@ -99,7 +99,7 @@ func TestPrepareInlineRoomIsBounded(t *testing.T) {
 		{Name: "A", DataType: backendapi.TypeUint8, Shape: []int64{600}, Data: filled(600, 1)},
 		{Name: "B", DataType: backendapi.TypeUint8, Shape: []int64{600}, Data: filled(600, 2)},
 	}}
-	pr := newPending(context.Background(), req, 1)
+	pr := NewRequest(context.Background(), req, 1, nil, false)
 	room := 1000
 	r, err := p.prepare(pr, &room)
 	if err != nil {

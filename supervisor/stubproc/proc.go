@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"errors"
@@ -15,22 +15,23 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// stubProc is one incarnation of a stub: a process, its region, and the
+// Proc is one incarnation of a stub: a process, its region, and the
 // goroutines that serve it. When the process dies — for any reason — the
 // reaper marks the region dead, fails every request the stub held, and the
 // instance decides whether to start another.
 //
 //	reaper:   cmd.Wait -> cause -> conn.MarkDead -> close(exited) -> drain, fail the rest
 //	readers:  callers waiting for a reply take turns reading the ring (read)
-//	dispatch: model queue -> Execute (at most mv.pipelineDepth outstanding)
+//	dispatch: model queue -> Execute (at most Config.PipelineDepth outstanding)
 //	watchdog: heartbeat age and execute deadline -> SIGKILL; drains the ring when nobody reads
 //
 // There is no goroutine dedicated to the ring: the caller that waits for a
 // reply reads it, handling every message for everyone (leader/follower),
 // so on the common path a reply reaches its caller without a hand-off
 // between goroutines, which on a small machine costs more than the stub.
-type stubProc struct {
-	inst *instance
+type Proc struct {
+	cfg  Config
+	host Host
 	log  hclog.Logger
 	conn *ipc.Conn
 	cmd  *exec.Cmd
@@ -48,6 +49,8 @@ type stubProc struct {
 	killReason atomic.Pointer[string]
 
 	slots chan struct{} // one token per Execute the stub may have queued
+	// direct and queue are the host's queues the stub takes batches from.
+	direct, queue <-chan *Batch
 	// lead is the token for reading the ring: one reader at a time.
 	lead chan struct{}
 
@@ -55,8 +58,8 @@ type stubProc struct {
 	// that ids follow the order in which the stub reads them.
 	sendMu   sync.Mutex
 	mu       sync.Mutex
-	batches  map[uint64]*batch
-	requests map[uint64]*pending
+	batches  map[uint64]*Batch
+	requests map[uint64]*Request
 	calls    map[uint64]*callReply
 	// execSince is when the stub began the execute it is working on (zero
 	// when idle); the watchdog compares it with the model's execute timeout.
@@ -80,36 +83,19 @@ type stubProc struct {
 	// shm is the lifeline (fd 4 in the stub) and the client regions the
 	// stub has mapped (stubshm.go).
 	shm stubShm
-
-	env procEnv
 }
 
-// procEnv is what a stub process needs from the supervisor, handed to it
-// at spawn so that its jobs (reader, exchange, watchdog) do not reach up
-// through the instance and the model to the Supervisor.
-type procEnv struct {
-	spin             time.Duration // how long a lone reader polls (Options.IPC.Spin)
-	heartbeatTimeout time.Duration // Options.HeartbeatTimeout
-	regions          *clientShm    // the client shared-memory registry
-	// bls serves an inference request the stub's model makes, and
-	// blsCancel cancels one (bls.go).
-	bls       func(*stubProc, *ipc.InferExecMsg)
-	blsCancel func(*stubProc, *ipc.InferCancelMsg)
-	// control serves the model loading API of pb_utils (modelctl.go).
-	control func(*stubProc, *ipc.ModelControlMsg)
-}
+// ErrStubExited is the sentinel for requests that a dying stub held.
+var ErrStubExited = errors.New("stub exited")
 
-// errStubExited is the sentinel for requests that a dying stub held.
-var errStubExited = errors.New("stub exited")
-
-// spawn starts a stub process for inst and completes the handshake: the
+// Spawn starts a stub process and completes the handshake: the
 // stub's Hello, with the protocol version checked, within the start
 // timeout. It returns with the watchdog running and nothing initialised.
-func (inst *instance) spawn() (_ *stubProc, retErr error) {
-	sup := inst.mv.sup
-	conn, err := ipc.Create("stubvisor:"+inst.name, sup.opts.IPC)
+func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
+	name := cfg.Instance
+	conn, err := ipc.Create("stubvisor:"+name, cfg.IPC)
 	if err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	defer func() {
 		if retErr != nil {
@@ -117,13 +103,13 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 			_ = conn.Close()
 		}
 	}()
-	cmd, err := inst.mv.command(inst)
+	cmd, err := cfg.Command()
 	if err != nil {
 		return nil, err
 	}
 	lifeParent, lifeChild, err := lifeline()
 	if err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	launched := false
 	defer func() {
@@ -136,64 +122,63 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 	cmd.ExtraFiles = []*os.File{ipc.RegionFD - 3: conn.File(), ipc.LifelineFD - 3: lifeChild}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return nil, fmt.Errorf("spawn %s: %w", inst.name, err)
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = sup.launcher.start(cmd)
+	err = cfg.Launcher.start(cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("spawn %s: start %s: %w", inst.name, cmd.Path, err)
+		return nil, fmt.Errorf("spawn %s: start %s: %w", name, cmd.Path, err)
 	}
 	launched = true
-	p := &stubProc{
-		shm:  stubShm{life: lifeParent},
-		env:  procEnv{spin: sup.opts.IPC.Spin, heartbeatTimeout: sup.opts.HeartbeatTimeout, regions: &sup.shm, bls: sup.bls, blsCancel: sup.blsInferCancel, control: sup.modelControl},
-		inst: inst, log: inst.log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
+	p := &Proc{
+		shm: stubShm{life: lifeParent},
+		cfg: cfg, host: host, direct: host.Direct(), queue: host.Queue(), log: cfg.Log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
-		slots: make(chan struct{}, inst.mv.pipelineDepth), lead: make(chan struct{}, 1),
-		batches: map[uint64]*batch{}, requests: map[uint64]*pending{}, calls: map[uint64]*callReply{},
+		slots: make(chan struct{}, cfg.PipelineDepth), lead: make(chan struct{}, 1),
+		batches: map[uint64]*Batch{}, requests: map[uint64]*Request{}, calls: map[uint64]*callReply{},
 	}
-	for range inst.mv.pipelineDepth {
+	for range cfg.PipelineDepth {
 		p.slots <- struct{}{}
 	}
 	var pipes sync.WaitGroup
 	pipes.Add(2)
-	go func() { defer pipes.Done(); forwardLines(outR, inst.log, hclog.Info); outR.Close() }()
-	go func() { defer pipes.Done(); forwardLines(errR, inst.log, hclog.Warn); errR.Close() }()
+	go func() { defer pipes.Done(); forwardLines(outR, cfg.Log, hclog.Info); outR.Close() }()
+	go func() { defer pipes.Done(); forwardLines(errR, cfg.Log, hclog.Warn); errR.Close() }()
 	go p.reap(&pipes, outR, errR)
 	defer func() {
 		if retErr != nil {
-			p.kill("handshake failed")
+			p.Kill("handshake failed")
 			<-p.exited
 		}
 	}()
 
-	deadline := time.Now().Add(sup.opts.StubStartTimeout)
+	deadline := time.Now().Add(cfg.StartTimeout)
 	m, err := conn.Recv(deadline)
 	p.lead <- struct{}{} // from now on, whoever waits for a reply reads
 	if err != nil {
 		if errors.Is(err, ipc.ErrPeerDead) {
 			<-p.exited
 			//lint:ignore ST1005 Triton's text, which its tests look for
-			return nil, fmt.Errorf("Stub process '%s' is not healthy. It exited before the handshake (%s)%s", inst.name, p.cause, inst.mv.diagnose())
+			return nil, fmt.Errorf("Stub process '%s' is not healthy. It exited before the handshake (%s)%s", name, p.cause, cfg.Diagnose())
 		}
-		return nil, fmt.Errorf("stub %s: no handshake within %s: %w%s", inst.name, sup.opts.StubStartTimeout, err, inst.mv.diagnose())
+		return nil, fmt.Errorf("stub %s: no handshake within %s: %w%s", name, cfg.StartTimeout, err, cfg.Diagnose())
 	}
 	hello, ok := m.(*ipc.HelloMsg)
 	if !ok {
-		return nil, fmt.Errorf("stub %s: first message is %T, want Hello: %w", inst.name, m, ipc.ErrProtocol)
+		return nil, fmt.Errorf("stub %s: first message is %T, want Hello: %w", name, m, ipc.ErrProtocol)
 	}
 	if hello.Version != ipc.ProtocolVersion {
-		return nil, fmt.Errorf("stub %s speaks protocol %d, the supervisor %d: %w", inst.name, hello.Version, ipc.ProtocolVersion, ipc.ErrVersion)
+		return nil, fmt.Errorf("stub %s speaks protocol %d, the supervisor %d: %w", name, hello.Version, ipc.ProtocolVersion, ipc.ErrVersion)
 	}
 	p.log.Debug("stub attached", "pid", p.pid, "info", hello.Info)
 	go p.watch()
@@ -205,7 +190,7 @@ func (inst *instance) spawn() (_ *stubProc, retErr error) {
 // the region, handles what the stub sent before it died and fails the
 // requests it still held. It goes by the process's exit, not by its
 // stdout and stderr, which a helper outside the group may hold open.
-func (p *stubProc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
+func (p *Proc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 	err := p.cmd.Wait()
 	killGroup(p.pid)
 	cause := "exited"
@@ -244,14 +229,14 @@ func (p *stubProc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 // stderr to close before it stops reading them.
 const pipeGrace = 200 * time.Millisecond
 
-// kill ends the process with SIGKILL, recording why (first reason wins).
-func (p *stubProc) kill(reason string) {
+// Kill ends the process with SIGKILL, recording why (first reason wins).
+func (p *Proc) Kill(reason string) {
 	p.killReason.CompareAndSwap(nil, &reason)
 	kill(p.cmd.Process)
 }
 
-// alive reports whether the process has not been reaped yet.
-func (p *stubProc) alive() bool {
+// Alive reports whether the process has not been reaped yet.
+func (p *Proc) Alive() bool {
 	select {
 	case <-p.exited:
 		return false
@@ -261,7 +246,7 @@ func (p *stubProc) alive() bool {
 }
 
 // maybeUnmap closes the region once nothing can touch it any more.
-func (p *stubProc) maybeUnmap() {
+func (p *Proc) maybeUnmap() {
 	p.mu.Lock()
 	do := p.reaped && p.refs == 0 && !p.unmapped
 	if do {
@@ -277,35 +262,35 @@ func (p *stubProc) maybeUnmap() {
 // deathError turns a transport error into a description of the death,
 // starting with Triton's words for it (which its tests look for in the log
 // when a stub dies in initialize).
-func (p *stubProc) deathError(err error) error {
-	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, errStubExited) || errors.Is(err, ipc.ErrClosed) {
+func (p *Proc) deathError(err error) error {
+	if errors.Is(err, ipc.ErrPeerDead) || errors.Is(err, ErrStubExited) || errors.Is(err, ipc.ErrClosed) {
 		<-p.exited
 		//lint:ignore ST1005 Triton's text, which its tests look for
-		return fmt.Errorf("Stub process '%s' is not healthy. It exited: %s (%w)", p.inst.name, p.cause, errStubExited)
+		return fmt.Errorf("Stub process '%s' is not healthy. It exited: %s (%w)", p.cfg.Instance, p.cause, ErrStubExited)
 	}
 	return err
 }
 
 // failure is the error every request held by a dead stub gets: it names
 // the model, the instance and the cause, and says it is worth retrying.
-func (p *stubProc) failure() error {
-	if p.inst.isStopping() {
+func (p *Proc) failure() error {
+	if p.host.Stopping() {
 		return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The model is being unloaded.",
-			p.inst.name, p.inst.mv.name, p.cause)
+			p.cfg.Instance, p.cfg.Model, p.cause)
 	}
 	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died while executing the request: %s. The stub is being restarted; retry the request.",
-		p.inst.name, p.inst.mv.name, p.cause)
+		p.cfg.Instance, p.cfg.Model, p.cause)
 }
 
 // notStarted is the error of a request a dead stub held but had not begun
 // to execute (it waited in the stub's ring behind another execute).
-func (p *stubProc) notStarted() error {
+func (p *Proc) notStarted() error {
 	return backendapi.Errorf(backendapi.Unavailable, "Stub process '%s' of model '%s' died before the request started (%s): the request did not run; retry it.",
-		p.inst.name, p.inst.mv.name, p.cause)
+		p.cfg.Instance, p.cfg.Model, p.cause)
 }
 
 // watch enforces the heartbeat and execute timeouts while the process lives.
-func (p *stubProc) watch() {
+func (p *Proc) watch() {
 	tick := time.NewTicker(watchInterval)
 	defer tick.Stop()
 	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
@@ -318,19 +303,19 @@ func (p *stubProc) watch() {
 			p.flushReleases()
 			if b := p.conn.PeerHeartbeat(); b != lastBeat {
 				lastBeat, lastChange = b, now
-				p.inst.setHeartbeat(now)
-			} else if age := now.Sub(lastChange); age > p.env.heartbeatTimeout {
-				p.kill(fmt.Sprintf("no heartbeat for %s (--stub-heartbeat-timeout)", age.Round(time.Millisecond)))
+				p.host.Heartbeat(now)
+			} else if age := now.Sub(lastChange); age > p.cfg.HeartbeatTimeout {
+				p.Kill(fmt.Sprintf("no heartbeat for %s (--stub-heartbeat-timeout)", age.Round(time.Millisecond)))
 			} else if age > unhealthyAfter {
-				p.inst.setState(backendapi.StubUnhealthy)
+				p.host.Unhealthy()
 			}
-			if limit := p.inst.mv.executeTimeout; limit > 0 {
+			if limit := p.cfg.ExecuteTimeout; limit > 0 {
 				p.mu.Lock()
 				since := p.execSince
 				p.mu.Unlock()
 				if !since.IsZero() && now.Sub(since) > limit {
 					p.log.Error("execute exceeded its timeout; killing the stub", "timeout", limit)
-					p.kill(fmt.Sprintf("execute ran longer than EXECUTE_TIMEOUT_MS=%d", limit.Milliseconds()))
+					p.Kill(fmt.Sprintf("execute ran longer than EXECUTE_TIMEOUT_MS=%d", limit.Milliseconds()))
 				}
 			}
 		}
@@ -339,7 +324,7 @@ func (p *stubProc) watch() {
 
 // drainIdle reads what the stub sent while no caller was reading (logs
 // from its own threads, frees).
-func (p *stubProc) drainIdle() {
+func (p *Proc) drainIdle() {
 	select {
 	case <-p.lead:
 	default:
@@ -356,14 +341,14 @@ const (
 	unhealthyAfter = 3 * time.Second
 )
 
-// stop finalizes the model in the stub and ends the process, all by
+// Stop finalizes the model in the stub and ends the process, all by
 // deadline: Finalize while time remains, then SIGKILL. It returns when the
 // process is reaped and its region released (or, if a response still
 // aliases the region, at the deadline).
-func (p *stubProc) stop(deadline time.Time) {
-	if p.alive() {
+func (p *Proc) Stop(deadline time.Time) {
+	if p.Alive() {
 		if left := time.Until(deadline); left > 0 {
-			if _, err := p.call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }, left); err != nil && !errors.Is(err, errStubExited) {
+			if _, err := p.Call(func(id uint64) ipc.Message { return &ipc.FinalizeMsg{ID: id} }, left); err != nil && !errors.Is(err, ErrStubExited) {
 				p.log.Warn("finalize", "error", err)
 			}
 			t := time.NewTimer(max(time.Until(deadline), 0))
@@ -373,8 +358,8 @@ func (p *stubProc) stop(deadline time.Time) {
 			}
 			t.Stop()
 		}
-		if p.alive() {
-			p.kill("stopped")
+		if p.Alive() {
+			p.Kill("stopped")
 		}
 	}
 	<-p.exited
@@ -393,12 +378,49 @@ func (p *stubProc) stop(deadline time.Time) {
 // stopped stub's region.
 const releaseGrace = 100 * time.Millisecond
 
-// healthy reports whether this incarnation proved itself, which resets the
+// Healthy reports whether this incarnation proved itself, which resets the
 // restart backoff.
-func (p *stubProc) healthy() bool {
+func (p *Proc) Healthy() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.okExecs > 0 || time.Since(p.started) > stableAfter
 }
 
 const stableAfter = 30 * time.Second
+
+// Exited is closed once the process is reaped and its region marked dead.
+func (p *Proc) Exited() <-chan struct{} { return p.exited }
+
+// Cause is why the process ended; valid once Exited is closed.
+func (p *Proc) Cause() string { return p.cause }
+
+// PID is the stub's process id.
+func (p *Proc) PID() int { return p.pid }
+
+// Log is the logger of the stub's instance.
+func (p *Proc) Log() hclog.Logger { return p.log }
+
+// Status fills a stub's row on the status page with what the process
+// knows: uptime, requests in flight, busy, and the region's rings and pool.
+func (p *Proc) Status(st *backendapi.StubStatus) {
+	st.PID = p.pid
+	st.Uptime = time.Since(p.started)
+	st.InFlight = p.InFlight()
+	if st.State == backendapi.StubReady && p.Busy() {
+		st.State = backendapi.StubBusy
+	}
+	if p.Alive() {
+		st.RingDepthIn, st.RingDepthOut = p.conn.Depths()
+		own, peer := p.conn.Usage()
+		st.PoolInUse = own.InUse + peer.InUse
+		st.PoolCapacity = own.Committed + peer.Committed
+		st.PoolHighWater = own.HighWater + peer.HighWater
+	}
+}
+
+// ReadyFn reports whether the model defines its own readiness check
+// (is_ready()), as its Initialize answer said.
+func (p *Proc) ReadyFn() bool { return p.readyFn }
+
+// SetReadyFn records ReadyFn, before the process serves.
+func (p *Proc) SetReadyFn(b bool) { p.readyFn = b }

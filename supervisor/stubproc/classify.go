@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"bufio"
@@ -13,9 +13,9 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
-// readLabels loads the label_filename of each output (one label per line,
+// ReadLabels loads the label_filename of each output (one label per line,
 // relative to the model directory), as Triton does for classification.
-func readLabels(cfg *inferencepb.ModelConfig, dir string) (map[string][]string, error) {
+func ReadLabels(cfg *inferencepb.ModelConfig, dir string) (map[string][]string, error) {
 	labels := map[string][]string{}
 	for _, out := range cfg.GetOutput() {
 		name := out.GetLabelFilename()

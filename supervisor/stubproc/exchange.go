@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"context"
@@ -11,18 +11,6 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 )
 
-// pipelineDepth is how many Execute messages a stub may have queued: one
-// running and the rest waiting in its ring, so the stub starts the next
-// batch without waiting for the supervisor, which on a busy machine may be
-// slow to get a CPU. Models with a batcher use batchPipelineDepth: a batch
-// handed to a stub can no longer grow, so only one waits there while the
-// batcher merges the requests that arrive meanwhile. A model with several
-// instances pipelines only sequences (see newModelVersion).
-const (
-	pipelineDepth      = 4
-	batchPipelineDepth = 2
-)
-
 // callReply is where a control call's Result lands.
 type callReply struct {
 	res  *ipc.ResultMsg
@@ -32,7 +20,7 @@ type callReply struct {
 // call sends a control message and waits for its Result, the process's
 // death, or the timeout (0: none beyond death), reading the ring while it
 // waits.
-func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration) (*ipc.ResultMsg, error) {
+func (p *Proc) Call(build func(id uint64) ipc.Message, timeout time.Duration) (*ipc.ResultMsg, error) {
 	c := &callReply{done: make(chan struct{})}
 	p.mu.Lock()
 	p.nextID++
@@ -58,9 +46,9 @@ func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration
 		case <-c.done:
 			return c.res, nil
 		case <-p.exited:
-			return nil, p.deathError(errStubExited)
+			return nil, p.deathError(ErrStubExited)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("stub %s: no reply within %s", p.inst.name, timeout)
+			return nil, fmt.Errorf("stub %s: no reply within %s", p.cfg.Instance, timeout)
 		case <-p.lead:
 			p.read(c.done, ctx.Done())
 		}
@@ -71,7 +59,7 @@ func (p *stubProc) call(build func(id uint64) ipc.Message, timeout time.Duration
 // batches one at a time in the order they were sent, so of the batches it
 // had not finished only the first had started: the requests of the others
 // are told they did not run.
-func (p *stubProc) failAll() {
+func (p *Proc) failAll() {
 	p.mu.Lock()
 	reqs := p.requests
 	var first uint64
@@ -80,24 +68,24 @@ func (p *stubProc) failAll() {
 			first = id
 		}
 	}
-	unstarted := map[*pending]bool{}
+	unstarted := map[*Request]bool{}
 	for id, b := range p.batches {
 		if id != first {
-			for _, pr := range b.items {
+			for _, pr := range b.Items {
 				unstarted[pr] = !pr.execDone
 			}
 		}
 	}
-	p.requests = map[uint64]*pending{}
-	p.batches = map[uint64]*batch{}
+	p.requests = map[uint64]*Request{}
+	p.batches = map[uint64]*Batch{}
 	p.failed = true
 	p.mu.Unlock()
 	died, notRun := p.failure(), p.notStarted()
 	for _, r := range reqs {
 		if unstarted[r] {
-			p.inst.mv.finish(r, nil, notRun, true)
+			p.host.Finish(r, nil, notRun, true)
 		} else {
-			p.inst.mv.finish(r, nil, died, true)
+			p.host.Finish(r, nil, died, true)
 		}
 	}
 }
@@ -107,20 +95,23 @@ func (p *stubProc) failAll() {
 // dispatcher when nothing waits. (A reader that sends could in principle
 // block on a full ring while the stub blocks on ours; the rings hold far
 // more than the pipeline's few small Execute messages.)
-func (p *stubProc) next() {
+func (p *Proc) next() {
 	select {
-	case b := <-p.inst.direct:
-		p.execute(b)
-	case b := <-p.inst.mv.queue:
-		p.execute(b)
+	case b := <-p.direct:
+		p.Execute(b)
+	case b := <-p.queue:
+		p.Execute(b)
 	default:
 		p.slots <- struct{}{}
 	}
 }
 
-// takeSlot takes a free pipeline slot without waiting, for a caller that
+// FreeSlots is how many more Execute messages the stub may be sent now.
+func (p *Proc) FreeSlots() int { return len(p.slots) }
+
+// TakeSlot takes a free pipeline slot without waiting, for a caller that
 // sends its own request (no hand-off to the dispatcher).
-func (p *stubProc) takeSlot() bool {
+func (p *Proc) TakeSlot() bool {
 	select {
 	case <-p.slots:
 		return true
@@ -129,53 +120,51 @@ func (p *stubProc) takeSlot() bool {
 	}
 }
 
-// dispatch feeds the stub from the model's queues while it lives.
-func (p *stubProc) dispatch() {
-	mv := p.inst.mv
+// Dispatch feeds the stub from the model's queues while it lives.
+func (p *Proc) Dispatch() {
 	for {
 		select {
 		case <-p.slots:
 		case <-p.exited:
 			return
 		}
-		var b *batch
+		var b *Batch
 		select {
-		case b = <-p.inst.direct:
-		case b = <-mv.queue:
+		case b = <-p.direct:
+		case b = <-p.queue:
 		case <-p.exited:
 			return
 		}
-		p.execute(b)
+		p.Execute(b)
 	}
 }
 
-// execute places a batch's inputs (prepare) and sends it.
-func (p *stubProc) execute(b *batch) {
-	mv := p.inst.mv
+// Execute places a batch's inputs (prepare) and sends it.
+func (p *Proc) Execute(b *Batch) {
 	var reqs []ipc.Request
-	if len(b.items) <= len(b.msgReqs) {
+	if len(b.Items) <= len(b.msgReqs) {
 		reqs = b.msgReqs[:0]
 	} else {
-		reqs = make([]ipc.Request, 0, len(b.items))
+		reqs = make([]ipc.Request, 0, len(b.Items))
 	}
 	// While no request drops out, live is the list as handed over; after
 	// that a new slice, because the batchers still read their list.
-	live := b.items
+	live := b.Items
 	dropped := false
 	drop := func(i int) {
 		if !dropped {
 			dropped = true
-			live = append(make([]*pending, 0, len(b.items)-1), b.items[:i]...)
+			live = append(make([]*Request, 0, len(b.Items)-1), b.Items[:i]...)
 		}
 	}
 	now := time.Now()
 	// The bytes the message may carry inline: a quarter of a frame, so a
 	// large batch of small inputs never makes it too large to send.
 	inlineRoom := p.conn.MaxFrame() / 4
-	for i, pr := range b.items {
-		if pr.gone() || !pr.hold() {
+	for i, pr := range b.Items {
+		if pr.Gone() || !pr.hold() {
 			drop(i)
-			mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", mv.name), true)
+			p.host.Finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", p.cfg.Model), true)
 			continue
 		}
 		r, err := p.prepare(pr, &inlineRoom)
@@ -187,7 +176,7 @@ func (p *stubProc) execute(b *batch) {
 		pr.unhold()
 		if err != nil {
 			drop(i)
-			mv.finish(pr, nil, err, true)
+			p.host.Finish(pr, nil, err, true)
 			continue
 		}
 		reqs = append(reqs, r)
@@ -199,7 +188,7 @@ func (p *stubProc) execute(b *batch) {
 		p.slots <- struct{}{}
 		return
 	}
-	b.items = live
+	b.Items = live
 	// Batch ids follow the order of the ring (failAll relies on it).
 	p.sendMu.Lock()
 	p.mu.Lock()
@@ -207,7 +196,7 @@ func (p *stubProc) execute(b *batch) {
 		p.mu.Unlock()
 		p.sendMu.Unlock()
 		for _, pr := range live {
-			p.inst.mv.finish(pr, nil, p.notStarted(), true)
+			p.host.Finish(pr, nil, p.notStarted(), true)
 		}
 		return
 	}
@@ -235,8 +224,8 @@ func (p *stubProc) execute(b *batch) {
 	if err != nil {
 		// The receiver fails the batch once the death is confirmed; a
 		// live stub whose ring refuses us is broken.
-		if p.alive() {
-			p.kill("send failed: " + err.Error())
+		if p.Alive() {
+			p.Kill("send failed: " + err.Error())
 		}
 	}
 }
@@ -244,9 +233,9 @@ func (p *stubProc) execute(b *batch) {
 // prepare assigns a handle and copies the request's inputs into the arena,
 // or, for those of at most ipc.InlineMax bytes, into the message while
 // *inlineRoom (which it decreases) holds all of the request's.
-func (p *stubProc) prepare(pr *pending, inlineRoom *int) (ipc.Request, error) {
+func (p *Proc) prepare(pr *Request, inlineRoom *int) (ipc.Request, error) {
 	req := pr.req
-	if !p.alive() {
+	if !p.Alive() {
 		return ipc.Request{}, p.notStarted()
 	}
 	p.mu.Lock()
@@ -297,7 +286,7 @@ func (p *stubProc) prepare(pr *pending, inlineRoom *int) (ipc.Request, error) {
 			off, buf, err := p.conn.Alloc(uint64(len(data)))
 			if err != nil {
 				p.freeOwn(pr.inputs)
-				return r, backendapi.Errorf(backendapi.Unavailable, "model '%s' instance '%s': no room for input '%s': %v", p.inst.mv.name, p.inst.name, in.Name, err)
+				return r, backendapi.Errorf(backendapi.Unavailable, "model '%s' instance '%s': no room for input '%s': %v", p.cfg.Model, p.cfg.Instance, in.Name, err)
 			}
 			copy(buf, data)
 			t.Offset = off
@@ -317,7 +306,7 @@ func (p *stubProc) prepare(pr *pending, inlineRoom *int) (ipc.Request, error) {
 		p.freeOwn(pr.inputs)
 		return r, err
 	} else if len(held) > 0 {
-		pr.setOnEnd(func() { p.env.regions.release(held) })
+		pr.setOnEnd(func() { p.cfg.Regions.Release(held) })
 	}
 	return r, nil
 }
@@ -334,9 +323,9 @@ func inlineBytes(inputs []backendapi.InputTensor) int {
 }
 
 // freeOwn frees blocks of the supervisor's arena.
-func (p *stubProc) freeOwn(offs []uint64) {
+func (p *Proc) freeOwn(offs []uint64) {
 	for _, off := range offs {
-		if err := p.conn.Free(off); err != nil && p.alive() {
+		if err := p.conn.Free(off); err != nil && p.Alive() {
 			p.log.Warn("free input block", "offset", off, "error", err)
 		}
 	}
@@ -344,7 +333,7 @@ func (p *stubProc) freeOwn(offs []uint64) {
 
 // freeInputs frees a request's input blocks unless its response holds
 // them (pending.inputsHeld).
-func (p *stubProc) freeInputs(pr *pending) {
+func (p *Proc) freeInputs(pr *Request) {
 	p.mu.Lock()
 	held := pr.inputsHeld
 	p.mu.Unlock()
@@ -354,7 +343,7 @@ func (p *stubProc) freeInputs(pr *pending) {
 }
 
 // executeDone handles the end of one execute call.
-func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
+func (p *Proc) executeDone(m *ipc.ExecuteDoneMsg) {
 	now := time.Now()
 	p.mu.Lock()
 	b := p.batches[m.BatchID]
@@ -372,10 +361,10 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 	// The execution is counted before its responses go out, so a client
 	// (or an ensemble) reading statistics after its response sees it.
 	var size int64
-	for _, pr := range b.items {
-		size += pr.batch
+	for _, pr := range b.Items {
+		size += pr.size
 	}
-	p.inst.mv.stats.executionDone(size, 0, now.Sub(b.sent), 0)
+	p.host.Executed(size, now.Sub(b.sent))
 	for i := range m.Responses {
 		p.deliver(&m.Responses[i])
 	}
@@ -388,8 +377,7 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.okExecs++
 		p.mu.Unlock()
 	}
-	p.inst.executions.Add(1)
-	for _, pr := range b.items {
+	for _, pr := range b.Items {
 		p.mu.Lock()
 		pr.execDone = true
 		// A filler has no caller waiting for more: it ends here.
@@ -407,30 +395,30 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 		}
 		switch {
 		case pr.filler:
-			p.inst.mv.finish(pr, nil, nil, true)
+			p.host.Finish(pr, nil, nil, true)
 			continue
 		case ended:
 			continue
-		case again && b.requeue != nil:
-			b.requeue(pr)
+		case again && b.Requeue != nil:
+			b.Requeue(pr)
 			continue
 		case again:
-			p.inst.mv.finish(pr, nil, backendapi.Errorf(backendapi.InvalidArg, msgRescheduleRefused), true)
+			p.host.Finish(pr, nil, backendapi.Errorf(backendapi.InvalidArg, msgRescheduleRefused), true)
 			continue
 		}
 		if execErr == nil && slices.Contains(m.Open, pr.handle) {
 			continue // its response sender answers later (deliver ends it)
 		}
-		if execErr != nil || !p.inst.mv.decoupled {
+		if execErr != nil || !p.cfg.Decoupled {
 			err := execErr
 			if err == nil {
-				err = backendapi.Errorf(backendapi.Internal, "model '%s' returned no response for the request", p.inst.mv.name)
+				err = backendapi.Errorf(backendapi.Internal, "model '%s' returned no response for the request", p.cfg.Model)
 			}
 			p.mu.Lock()
 			delete(p.requests, pr.handle)
 			p.mu.Unlock()
 			p.freeInputs(pr)
-			p.inst.mv.finish(pr, nil, err, true)
+			p.host.Finish(pr, nil, err, true)
 		}
 	}
 }
@@ -441,10 +429,10 @@ func (p *stubProc) executeDone(m *ipc.ExecuteDoneMsg) {
 const msgRescheduleRefused = "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not configured to handle such a flag."
 
 // deliver hands one response to its request.
-func (p *stubProc) deliver(r *ipc.Response) {
+func (p *Proc) deliver(r *ipc.Response) {
 	p.mu.Lock()
 	pr := p.requests[r.Handle]
-	final := r.Flags&ipc.FlagFinal != 0 || !p.inst.mv.decoupled
+	final := r.Flags&ipc.FlagFinal != 0 || !p.cfg.Decoupled
 	free := false
 	if pr != nil && final {
 		pr.final = true
@@ -466,43 +454,44 @@ func (p *stubProc) deliver(r *ipc.Response) {
 		}
 	}
 	if pr == nil {
-		p.release(offs)
+		p.Release(offs)
 		return
 	}
 	resp, err := p.response(sr, pr, r, offs, final)
 	if free {
 		p.freeInputs(pr)
 	}
-	p.inst.mv.finish(pr, resp, err, final)
+	p.host.Finish(pr, resp, err, final)
 }
 
-// busy reports whether the stub has work outstanding.
-func (p *stubProc) busy() bool {
+// Busy reports whether the stub has work outstanding.
+func (p *Proc) Busy() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.batches) > 0
 }
 
-func (p *stubProc) inFlight() int {
+// InFlight is the number of requests the stub holds.
+func (p *Proc) InFlight() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.requests)
 }
 
-// resultError turns a stub's Result error into a Go error.
-func resultError(e *ipc.Error) error {
+// ResultError turns a stub's Result error into a Go error.
+func ResultError(e *ipc.Error) error {
 	if e == nil {
 		return nil
 	}
 	return backendapi.Errorf(backendapi.Code(e.Code), "%s", strings.TrimSpace(e.Message))
 }
 
-// release tells the stub it may reuse output blocks.
-func (p *stubProc) release(offs []uint64) {
-	if len(offs) == 0 || !p.alive() {
+// Release tells the stub it may reuse output blocks.
+func (p *Proc) Release(offs []uint64) {
+	if len(offs) == 0 || !p.Alive() {
 		return
 	}
-	if err := p.conn.Send(&ipc.ReleaseMsg{Offsets: offs}); err != nil && p.alive() {
+	if err := p.conn.Send(&ipc.ReleaseMsg{Offsets: offs}); err != nil && p.Alive() {
 		p.log.Warn("release output blocks", "error", err)
 	}
 }
@@ -511,11 +500,11 @@ func (p *stubProc) release(offs []uint64) {
 // stub has work queued, blocks are handed back in batches (releaseBatch
 // blocks or releaseBatchBytes, or at the next watchdog tick), which spares
 // the stub a message per request; an idle stub gets them at once.
-func (p *stubProc) releaseLater(offs []uint64, bytes uint64) {
+func (p *Proc) releaseLater(offs []uint64, bytes uint64) {
 	p.relMu.Lock()
 	p.relOffs = append(p.relOffs, offs...)
 	p.relBytes += bytes
-	flush := len(p.relOffs) >= releaseBatch || p.relBytes >= releaseBatchBytes || !p.busy()
+	flush := len(p.relOffs) >= releaseBatch || p.relBytes >= releaseBatchBytes || !p.Busy()
 	p.relMu.Unlock()
 	if flush {
 		p.flushReleases()
@@ -523,7 +512,7 @@ func (p *stubProc) releaseLater(offs []uint64, bytes uint64) {
 }
 
 // flushReleases sends the blocks releaseLater held back.
-func (p *stubProc) flushReleases() {
+func (p *Proc) flushReleases() {
 	p.relMu.Lock()
 	offs := p.relOffs
 	p.relOffs, p.relBytes = nil, 0
@@ -531,7 +520,7 @@ func (p *stubProc) flushReleases() {
 	if len(offs) == 0 {
 		return
 	}
-	p.release(offs)
+	p.Release(offs)
 	// Send has encoded the list: it can take the next blocks, unless
 	// others started a new one meanwhile.
 	if cap(offs) <= 2*releaseBatch {

@@ -1,4 +1,4 @@
-package supervisor
+package stubproc
 
 import (
 	"errors"
@@ -16,7 +16,7 @@ const readSlice = 20 * time.Millisecond
 // handles every message that arrives, whoever it is for. The caller took
 // p.lead; read gives it back, so the next waiter takes over. A transport
 // failure ends the stub; read then returns once the process is reaped.
-func (p *stubProc) read(done, cancel <-chan struct{}) {
+func (p *Proc) read(done, cancel <-chan struct{}) {
 	defer func() { p.lead <- struct{}{} }()
 	for {
 		select {
@@ -41,7 +41,7 @@ func (p *stubProc) read(done, cancel <-chan struct{}) {
 
 // readFor stands in for a caller that gave up while the stub still owes it
 // a reply: it takes its turn reading until done closes or the stub dies.
-func (p *stubProc) readFor(done <-chan struct{}) {
+func (p *Proc) readFor(done <-chan struct{}) {
 	select {
 	case <-p.lead:
 		p.read(done, p.exited)
@@ -55,12 +55,12 @@ func (p *stubProc) readFor(done <-chan struct{}) {
 // next thing to happen and is usually quicker than a wake-up; none when
 // more are queued, where a polling reader only takes the CPU the stub and
 // the front ends need (measured: c16 throughput fell by a third).
-func (p *stubProc) readSpin() time.Duration {
+func (p *Proc) readSpin() time.Duration {
 	p.mu.Lock()
 	n := len(p.batches)
 	p.mu.Unlock()
 	if n == 1 {
-		return p.env.spin
+		return p.cfg.IPC.Spin
 	}
 	return 0
 }
@@ -68,7 +68,7 @@ func (p *stubProc) readSpin() time.Duration {
 // drain handles the messages already queued on the ring; the caller holds
 // p.lead. It returns ErrTimeout once the ring is empty, or why reading
 // failed.
-func (p *stubProc) drain() error {
+func (p *Proc) drain() error {
 	for {
 		m, err := p.conn.Recv(time.Now())
 		if err != nil {
@@ -79,18 +79,18 @@ func (p *stubProc) drain() error {
 }
 
 // transportFailed ends a stub whose ring cannot be read any more.
-func (p *stubProc) transportFailed(err error) {
+func (p *Proc) transportFailed(err error) {
 	switch {
 	case errors.Is(err, ipc.ErrProtocol):
 		p.log.Error("stub broke the protocol; killing it", "error", err)
-		p.kill("protocol violation: " + err.Error())
-	case p.alive() && !errors.Is(err, ipc.ErrPeerDead):
-		p.kill("transport failed: " + err.Error())
+		p.Kill("protocol violation: " + err.Error())
+	case p.Alive() && !errors.Is(err, ipc.ErrPeerDead):
+		p.Kill("transport failed: " + err.Error())
 	}
 }
 
 // handle acts on one message from the stub.
-func (p *stubProc) handle(m ipc.Message) {
+func (p *Proc) handle(m ipc.Message) {
 	switch m := m.(type) {
 	case *ipc.ExecuteDoneMsg:
 		p.executeDone(m)
@@ -108,13 +108,13 @@ func (p *stubProc) handle(m ipc.Message) {
 	case *ipc.LogMsg:
 		p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
 	case *ipc.InferExecMsg:
-		go p.env.bls(p, m)
+		go p.host.BLS(p, m)
 	case *ipc.FreeMsg:
 		p.freeOwn(m.Offsets)
 	case *ipc.InferCancelMsg:
-		p.env.blsCancel(p, m)
+		p.host.BLSCancel(p, m)
 	case *ipc.ModelControlMsg:
-		go p.env.control(p, m)
+		go p.host.Control(p, m)
 	default:
 		p.log.Warn("unexpected message from stub", "kind", m.Kind())
 	}

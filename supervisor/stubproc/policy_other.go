@@ -1,6 +1,6 @@
 //go:build !linux
 
-package supervisor
+package stubproc
 
 // YieldToStubs does nothing outside Linux.
 func YieldToStubs() error { return nil }
