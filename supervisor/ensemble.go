@@ -202,8 +202,9 @@ func (s *Supervisor) newEnsembleVersion(cfg *inferencepb.ModelConfig, dir string
 // noScheduler is an ensemble's: its requests never queue.
 type noScheduler struct{}
 
-func (noScheduler) enqueue(*stubproc.Request) error { return errNotYet }
-func (noScheduler) stop()                           {}
+func (noScheduler) Enqueue(*stubproc.Request) error { return errNotYet }
+func (noScheduler) FailQueued(error)                {}
+func (noScheduler) Stop()                           {}
 
 // ensembleSteps describes an ensemble's steps for the status page.
 func ensembleSteps(e *ensemble) []backendapi.EnsembleStep {

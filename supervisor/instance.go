@@ -11,6 +11,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -57,7 +58,7 @@ func (inst *instance) procConfig() stubproc.Config {
 	return stubproc.Config{
 		Instance: inst.name, Model: mv.name, Version: mv.version, Kind: mv.kind,
 		Decoupled: mv.decoupled, Batched: mv.sig.maxBatch > 0, Labels: mv.labels,
-		ExecuteTimeout: mv.executeTimeout, PipelineDepth: mv.pipelineDepth,
+		ExecuteTimeout: mv.executeTimeout, PipelineDepth: sched.PipelineDepth(mv.cfg, len(mv.instances)),
 		IPC: opts.IPC, StartTimeout: opts.StubStartTimeout, HeartbeatTimeout: opts.HeartbeatTimeout,
 		Regions: &mv.sup.shm, Launcher: mv.sup.launcher, Log: inst.log,
 		Command:  func() (*exec.Cmd, error) { return mv.command(inst) },
@@ -279,7 +280,7 @@ func (mv *modelVersion) stubOptions() map[string]any {
 
 // Finish implements stubproc.Host.
 func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
-	inst.mv.finish(pr, resp, err, final)
+	inst.mv.Finish(pr, resp, err, final)
 }
 
 // Executed implements stubproc.Host.
@@ -288,8 +289,17 @@ func (inst *instance) Executed(size int64, d time.Duration) {
 	inst.executions.Add(1)
 }
 
-// Direct implements stubproc.Host.
-func (inst *instance) Direct() <-chan *stubproc.Batch { return inst.direct }
+// Direct implements stubproc.Host and sched.Instance.
+func (inst *instance) Direct() chan *stubproc.Batch { return inst.direct }
+
+// Name implements sched.Instance.
+func (inst *instance) Name() string { return inst.name }
+
+// Ready implements sched.Instance.
+func (inst *instance) Ready() bool { return inst.ready() }
+
+// Proc implements sched.Instance.
+func (inst *instance) Proc() *stubproc.Proc { return inst.currentProc() }
 
 // Queue implements stubproc.Host.
 func (inst *instance) Queue() <-chan *stubproc.Batch { return inst.mv.queue }

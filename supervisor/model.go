@@ -17,6 +17,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -42,14 +43,11 @@ type modelVersion struct {
 	// labels are the classification labels of each output.
 	labels map[string][]string
 
-	// queue holds batches any instance may take.
-	queue chan *stubproc.Batch
-	// pipelineDepth is how many executes a stub of this model may have
-	// queued (see pipelineDepth).
-	pipelineDepth int
-	scheduler     scheduler
-	instances     []*instance
-	stats         stats
+	// queue holds batches any instance may take (sched.NewQueue).
+	queue     chan *stubproc.Batch
+	scheduler sched.Scheduler
+	instances []*instance
+	stats     stats
 
 	mu      sync.RWMutex
 	closing bool
@@ -67,12 +65,11 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	}
 	mv := &modelVersion{
 		sup: s, name: cfg.GetName(), version: version, dir: dir, cfg: cfg,
-		configJSON:    string(js),
-		kind:          modelconfig.Kind(cfg),
-		decoupled:     cfg.GetModelTransactionPolicy().GetDecoupled(),
-		sig:           newSignature(cfg),
-		queue:         make(chan *stubproc.Batch, 1024),
-		pipelineDepth: pipelineDepth,
+		configJSON: string(js),
+		kind:       modelconfig.Kind(cfg),
+		decoupled:  cfg.GetModelTransactionPolicy().GetDecoupled(),
+		sig:        newSignature(cfg),
+		queue:      sched.NewQueue(cfg),
 	}
 	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
 	if mv.labels, err = stubproc.ReadLabels(cfg, dir); err != nil {
@@ -107,10 +104,6 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	default:
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "model '%s': backend '%s' is not supported (use \"python\" or \"go\")", mv.name, mv.kind)
 	}
-	mv.scheduler, err = newScheduler(mv)
-	if err != nil {
-		return nil, err
-	}
 	// As in Triton, a KIND_GPU group runs count instances on each of its
 	// GPUs; other groups run count instances.
 	for _, group := range cfg.GetInstanceGroup() {
@@ -127,12 +120,9 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 			}
 		}
 	}
-	if len(mv.instances) > 1 && mv.cfg.GetSequenceBatching() == nil {
-		// A request any instance may run waits in the model's queue for
-		// the first instance to free, never in the ring of a busy stub,
-		// where a slow or hung execute would hold it while another
-		// instance idles. (Sequences are bound to their instance anyway.)
-		mv.pipelineDepth = 1
+	mv.scheduler, err = sched.New(sched.Model{Name: mv.name, Version: version, Config: cfg, Log: s.log}, mv)
+	if err != nil {
+		return nil, err
 	}
 	return mv, nil
 }
@@ -185,7 +175,7 @@ func (mv *modelVersion) stop(deadline time.Time) {
 		}
 	}
 	t.Stop()
-	mv.scheduler.stop()
+	mv.scheduler.Stop()
 	finalizeBy := time.Now().Add(mv.sup.opts.FinalizeTimeout)
 	if finalizeBy.After(deadline) {
 		finalizeBy = deadline
@@ -197,16 +187,7 @@ func (mv *modelVersion) stop(deadline time.Time) {
 	}
 	wg.Wait()
 	// Anything still queued has no stub left to run it.
-	for {
-		select {
-		case b := <-mv.queue:
-			for _, pr := range b.Items {
-				mv.finish(pr, nil, backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", mv.name), true)
-			}
-		default:
-			return
-		}
-	}
+	mv.scheduler.FailQueued(backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", mv.name))
 }
 
 // submit validates a request and queues it.
@@ -239,7 +220,7 @@ func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferReque
 	if err := mv.enter(); err != nil {
 		return nil, err
 	}
-	if err := mv.scheduler.enqueue(pr); err != nil {
+	if err := mv.scheduler.Enqueue(pr); err != nil {
 		mv.active.Done()
 		return nil, err
 	}
@@ -254,12 +235,12 @@ func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferReque
 // may still be in its final call until pr.Done() closes.
 func (mv *modelVersion) abandon(pr *stubproc.Request, err error) {
 	pr.Abandon()
-	mv.finish(pr, nil, err, true)
+	mv.Finish(pr, nil, err, true)
 }
 
-// finish records the end of a response and hands it over; a response nobody
+// Finish records the end of a response and hands it over; a response nobody
 // wants any more (or a streamed one, after its callback) is released.
-func (mv *modelVersion) finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
+func (mv *modelVersion) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
 	if pr.Filler() {
 		resp.Release()
 		pr.Respond(nil, nil, true)
@@ -290,20 +271,40 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 			return
 		}
 	}
-	err := backendapi.Errorf(backendapi.Unavailable, "model '%s' has no running stub: %v", mv.name, cause)
-	if q, ok := mv.scheduler.(interface{ failQueued(error) }); ok {
-		q.failQueued(err)
+	mv.scheduler.FailQueued(backendapi.Errorf(backendapi.Unavailable, "model '%s' has no running stub: %v", mv.name, cause))
+}
+
+// The model version is its scheduler's sched.Dispatch.
+
+// Take implements sched.Dispatch: a pipeline slot of the instance with
+// the most free ones, when no batch is queued before it, so the caller
+// sends its request itself.
+func (mv *modelVersion) Take() sched.Runner {
+	if len(mv.queue) > 0 {
+		return nil
 	}
-	for {
-		select {
-		case b := <-mv.queue:
-			for _, pr := range b.Items {
-				mv.finish(pr, nil, err, true)
-			}
-		default:
-			return
+	var best *stubproc.Proc
+	for _, inst := range mv.instances {
+		if p := inst.liveProc(); p != nil && (best == nil || p.FreeSlots() > best.FreeSlots()) {
+			best = p
 		}
 	}
+	if best == nil || !best.TakeSlot() {
+		return nil
+	}
+	return best
+}
+
+// Queue implements sched.Dispatch.
+func (mv *modelVersion) Queue() chan *stubproc.Batch { return mv.queue }
+
+// Instances implements sched.Dispatch.
+func (mv *modelVersion) Instances() []sched.Instance {
+	out := make([]sched.Instance, len(mv.instances))
+	for i, inst := range mv.instances {
+		out[i] = inst
+	}
+	return out
 }
 
 // unavailableReason says why no instance of the version can serve: each

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 )
 
 // The callers of requests read the stub's ring themselves (stubproc.Proc.read).
@@ -30,7 +31,8 @@ func TestAbandonedRequestsDoNotStallTheStub(t *testing.T) {
 	// Fill both pipeline slots with executes whose callers give up long
 	// before the stub answers: then nobody reads the ring.
 	var wg sync.WaitGroup
-	for range batchPipelineDepth {
+	mv, _ := s.lookup("batch_slow", 0)
+	for range sched.PipelineDepth(mv.cfg, len(mv.instances)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

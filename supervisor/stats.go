@@ -1,12 +1,13 @@
 package supervisor
 
 import (
+	"errors"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 )
 
 // stats accumulates the statistics extension's figures for one model
@@ -81,7 +82,7 @@ func failureReason(err error) backendapi.FailureReason {
 	switch {
 	case backendapi.CodeOf(err) == backendapi.Cancelled:
 		return backendapi.FailureCanceled
-	case strings.Contains(err.Error(), msgQueueFull), strings.Contains(err.Error(), msgTimeoutExpired):
+	case errors.Is(err, sched.ErrQueueFull), errors.Is(err, sched.ErrTimeoutExpired):
 		return backendapi.FailureRejected
 	}
 	return backendapi.FailureBackend

@@ -479,7 +479,3 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 	}
 	return out, nil
 }
-
-func cancelledWhileQueued(mv *modelVersion, pr *stubproc.Request) error {
-	return backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled while queued: %v", mv.name, pr.Context().Err())
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 )
 
 // These tests run real python3 stubs on the models of testdata/models
@@ -432,7 +433,8 @@ func TestKillsUnderSteadyLoad(t *testing.T) {
 		t.Errorf("restarts = %d, want %d", r, kills)
 	}
 	t.Logf("%d kills: %d requests succeeded, %d failed (in flight at a kill)", kills, ok.Load(), failed.Load())
-	if failed.Load() > int64(kills)*int64(pipelineDepth)*4 {
+	mv, _ := s.lookup("identity_fp32", 0)
+	if depth := sched.PipelineDepth(mv.cfg, len(mv.instances)); failed.Load() > int64(kills)*int64(depth)*4 {
 		t.Errorf("%d failures for %d kills: more than the requests in flight", failed.Load(), kills)
 	}
 }

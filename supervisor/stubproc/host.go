@@ -23,8 +23,9 @@ type Host interface {
 	// before its responses go out.
 	Executed(size int64, d time.Duration)
 	// Direct carries batches that must run on this instance (sequences);
-	// Queue the batches any instance of the model may take.
-	Direct() <-chan *Batch
+	// Queue the batches any instance of the model may take. The stub only
+	// receives from them.
+	Direct() chan *Batch
 	Queue() <-chan *Batch
 	// Heartbeat reports that the stub's heartbeat advanced at t;
 	// Unhealthy that it has not for a while.

@@ -1,4 +1,4 @@
-package supervisor
+package sched
 
 import (
 	"slices"
@@ -23,7 +23,7 @@ import (
 // has not waited max_queue_delay_microseconds yet; otherwise it waits for
 // more requests until that delay has passed.
 type dynamicBatcher struct {
-	mv *modelVersion
+	mv *model
 	// capacity is max_batch_size; 0 means the model does not batch and
 	// every execute gets one request.
 	capacity int64
@@ -55,23 +55,24 @@ type queued struct {
 	deadline time.Time // zero: no timeout
 }
 
-// Triton's exact texts for the two queue-policy rejections.
-const (
-	msgTimeoutExpired = "Request timeout expired"
-	msgQueueFull      = "Exceeds maximum queue size"
+// The queue policy's two rejections, with Triton's exact texts; the
+// statistics count them as REJECTED (match them with errors.Is).
+var (
+	ErrTimeoutExpired error = &backendapi.Error{Code: backendapi.Unavailable, Msg: "Request timeout expired"}
+	ErrQueueFull      error = &backendapi.Error{Code: backendapi.Unavailable, Msg: "Exceeds maximum queue size"}
 )
 
 // newDynamicBatcher batches by the requests' batch dimension up to
 // max_batch_size, or, for a model without one (max_batch_size 0), counts
 // each request as one up to perExecute (db may be nil: no queue delay).
-func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching, perExecute int) *dynamicBatcher {
-	limit := mv.sig.maxBatch
+func newDynamicBatcher(mv *model, db *inferencepb.ModelDynamicBatching, perExecute int) *dynamicBatcher {
+	limit := mv.maxBatch
 	if limit == 0 {
 		limit = int64(perExecute)
 	}
 	b := &dynamicBatcher{
 		mv:       mv,
-		capacity: mv.sig.maxBatch,
+		capacity: mv.maxBatch,
 		rule:     newBatchRule(limit, db.GetPreferredBatchSize(), db.GetMaxQueueDelayMicroseconds()),
 		wake:     make(chan struct{}, 1),
 		stopc:    make(chan struct{}),
@@ -101,7 +102,7 @@ func newDynamicBatcher(mv *modelVersion, db *inferencepb.ModelDynamicBatching, p
 
 // enqueue places the request in its priority level, or refuses it when
 // that level's queue is full.
-func (b *dynamicBatcher) enqueue(pr *stubproc.Request) error {
+func (b *dynamicBatcher) Enqueue(pr *stubproc.Request) error {
 	level := b.defLevel
 	if p := pr.Req().Priority; p != 0 && p <= uint64(len(b.levels)) {
 		level = int(p - 1)
@@ -122,7 +123,7 @@ func (b *dynamicBatcher) enqueue(pr *stubproc.Request) error {
 	}
 	if q.maxSize > 0 && len(q.queue)+len(q.delayed) >= q.maxSize {
 		b.mu.Unlock()
-		return backendapi.Errorf(backendapi.Unavailable, msgQueueFull)
+		return ErrQueueFull
 	}
 	q.queue = append(q.queue, e)
 	b.mu.Unlock()
@@ -145,11 +146,11 @@ func (b *dynamicBatcher) run() {
 		var offer chan<- *stubproc.Batch
 		var bt *stubproc.Batch
 		if ready {
-			if p := b.mv.freeStub(); p != nil {
+			if r := b.mv.d.Take(); r != nil {
 				// A stub has room now: send from here rather than wake
 				// its dispatcher.
 				b.taken(items)
-				p.Execute(&stubproc.Batch{Items: items})
+				r.Execute(&stubproc.Batch{Items: items})
 				continue
 			}
 			offer = b.mv.queue
@@ -237,7 +238,7 @@ gather:
 	b.mu.Unlock()
 
 	for _, pr := range expired {
-		b.mv.finish(pr, nil, backendapi.Errorf(backendapi.Unavailable, msgTimeoutExpired), true)
+		b.mv.finish(pr, nil, ErrTimeoutExpired, true)
 	}
 	for _, pr := range cancelled {
 		b.mv.finish(pr, nil, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' was cancelled while queued", b.mv.name), true)
@@ -326,7 +327,14 @@ func (b *dynamicBatcher) taken(items []*stubproc.Request) {
 	}
 }
 
-// failQueued fails every waiting request with err.
+// FailQueued fails every waiting request with err, in the batcher's
+// queues and in the model queue.
+func (b *dynamicBatcher) FailQueued(err error) {
+	b.failQueued(err)
+	b.mv.drainQueue(err)
+}
+
+// failQueued fails every request waiting in the batcher with err.
 func (b *dynamicBatcher) failQueued(err error) {
 	b.mu.Lock()
 	var all []*stubproc.Request
@@ -345,9 +353,9 @@ func (b *dynamicBatcher) failQueued(err error) {
 	}
 }
 
-// stop ends the batcher; requests still waiting fail, as the model is
+// Stop ends the batcher; requests still waiting fail, as the model is
 // going away.
-func (b *dynamicBatcher) stop() {
+func (b *dynamicBatcher) Stop() {
 	b.mu.Lock()
 	already := b.stopped
 	b.stopped = true
@@ -356,5 +364,5 @@ func (b *dynamicBatcher) stop() {
 		close(b.stopc)
 	}
 	<-b.done
-	b.failQueued(backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", b.mv.name))
+	b.failQueued(b.mv.unloaded())
 }

@@ -1,4 +1,4 @@
-package supervisor
+package sched
 
 import (
 	"bytes"
@@ -58,7 +58,7 @@ func TestCorrIDBytes(t *testing.T) {
 
 // sequenceModel is a model version with a sequence batcher and no
 // instances: a started sequence waits in the backlog.
-func sequenceModel(t *testing.T, maxBatch int64) (*modelVersion, *sequenceBatcher) {
+func sequenceModel(t *testing.T, maxBatch int64) (*testModel, *sequenceBatcher) {
 	t.Helper()
 	sb := &inferencepb.ModelSequenceBatching{
 		MaxSequenceIdleMicroseconds: uint64(time.Hour / time.Microsecond),
@@ -69,22 +69,22 @@ func sequenceModel(t *testing.T, maxBatch int64) (*modelVersion, *sequenceBatche
 			{Name: "C", Control: []*inferencepb.ModelSequenceBatching_Control{{Kind: inferencepb.ModelSequenceBatching_Control_CONTROL_SEQUENCE_CORRID, DataType: inferencepb.DataType_TYPE_UINT64}}},
 		},
 	}
-	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *stubproc.Batch)}
-	s, err := newSequenceBatcher(mv, sb)
+	mv := &testModel{queue: make(chan *stubproc.Batch)}
+	s, err := newSequenceBatcher(mv.schedModel(maxBatch), sb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.stop)
+	t.Cleanup(s.Stop)
 	return mv, s
 }
 
-func seqRequest(t *testing.T, mv *modelVersion, s *sequenceBatcher, id uint64, flags uint32, batch int64) (*stubproc.Request, error) {
+func seqRequest(t *testing.T, mv *testModel, s *sequenceBatcher, id uint64, flags uint32, batch int64) (*stubproc.Request, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	pr := stubproc.NewRequest(ctx, &backendapi.InferRequest{ModelName: "m", CorrelationID: backendapi.CorrelationID{Uint: id}, Flags: flags}, batch, nil, false)
 	mv.active.Add(1)
-	if err := s.enqueue(pr); err != nil {
+	if err := s.Enqueue(pr); err != nil {
 		mv.active.Done()
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func TestSequenceFiller(t *testing.T) {
 		t.Errorf("filler lacks inputs %v", want)
 	}
 	// Its responses are dropped and it ends without a caller.
-	mv.finish(f, nil, nil, true)
+	mv.Finish(f, nil, nil, true)
 	select {
 	case <-f.Done():
 	default:
@@ -205,8 +205,8 @@ func TestSequenceFiller(t *testing.T) {
 }
 
 func TestSequenceImplicitStateRefused(t *testing.T) {
-	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m"}}
-	_, err := newSequenceBatcher(mv, &inferencepb.ModelSequenceBatching{
+	mv := &testModel{}
+	_, err := newSequenceBatcher(mv.schedModel(0), &inferencepb.ModelSequenceBatching{
 		State: []*inferencepb.ModelSequenceBatching_State{{InputName: "IN_STATE", OutputName: "OUT_STATE"}},
 	})
 	if !errors.Is(err, backendapi.Unsupported) || !strings.Contains(err.Error(), "sequence_batching.state") {

@@ -1,4 +1,4 @@
-package supervisor
+package sched
 
 import (
 	"encoding/binary"
@@ -34,7 +34,7 @@ import (
 // ends when the request completes. A request without a correlation id
 // starts such a sequence under an id the batcher picks.
 type sequenceBatcher struct {
-	mv       *modelVersion
+	mv       *model
 	idle     time.Duration
 	slots    int // per instance
 	controls []seqControl
@@ -80,7 +80,7 @@ type sequence struct {
 
 // lane is one instance's slots.
 type lane struct {
-	inst        *instance
+	inst        Instance
 	slots       []*sequence
 	outstanding int         // batches handed to the instance and not yet ended
 	timer       *time.Timer // pumps the lane when a held batch's delay ends
@@ -90,7 +90,7 @@ type lane struct {
 // for one of them.
 const tombstones = 4096
 
-func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching) (*sequenceBatcher, error) {
+func newSequenceBatcher(mv *model, sb *inferencepb.ModelSequenceBatching) (*sequenceBatcher, error) {
 	if len(sb.GetState()) > 0 {
 		return nil, backendapi.Errorf(backendapi.Unsupported, "model '%s': implicit sequence state (sequence_batching.state) is not supported; keep the state in the model", mv.name)
 	}
@@ -105,10 +105,10 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 	if s.idle <= 0 {
 		s.idle = time.Second
 	}
-	s.slots = max(int(mv.sig.maxBatch), 1)
+	s.slots = max(int(mv.maxBatch), 1)
 	if old := sb.GetOldest(); old != nil {
 		s.oldest = true
-		s.rule = newBatchRule(mv.sig.maxBatch, old.GetPreferredBatchSize(), old.GetMaxQueueDelayMicroseconds())
+		s.rule = newBatchRule(mv.maxBatch, old.GetPreferredBatchSize(), old.GetMaxQueueDelayMicroseconds())
 		if old.GetMaxCandidateSequences() > 0 {
 			s.slots = int(old.GetMaxCandidateSequences())
 		}
@@ -117,7 +117,7 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 		s.minSlots = sb.GetDirect().GetMinimumSlotUtilization()
 	}
 	s.ctrlShape = []int64{1}
-	if mv.sig.maxBatch > 0 {
+	if mv.maxBatch > 0 {
 		s.ctrlShape = []int64{1, 1}
 	}
 	for _, ci := range sb.GetControlInput() {
@@ -153,13 +153,13 @@ func newSequenceBatcher(mv *modelVersion, sb *inferencepb.ModelSequenceBatching)
 
 // enqueue checks the request's place in its sequence, adds the control
 // inputs and queues it behind the sequence's earlier requests.
-func (s *sequenceBatcher) enqueue(pr *stubproc.Request) error {
+func (s *sequenceBatcher) Enqueue(pr *stubproc.Request) error {
 	req := pr.Req()
 	m := s.mv.name
 	if req.CorrelationID.IsZero() && !s.iterative {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify a non-zero or non-empty correlation ID", m)
 	}
-	if s.mv.sig.maxBatch > 0 && pr.Size() != 1 {
+	if s.mv.maxBatch > 0 && pr.Size() != 1 {
 		return backendapi.Errorf(backendapi.InvalidArg, "inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", m)
 	}
 
@@ -187,7 +187,7 @@ func (s *sequenceBatcher) enqueue(pr *stubproc.Request) error {
 	}
 	pr.SetReq(&nr)
 	if s.lanes == nil {
-		for _, inst := range s.mv.instances {
+		for _, inst := range s.mv.d.Instances() {
 			s.lanes = append(s.lanes, &lane{inst: inst, slots: make([]*sequence, s.slots)})
 		}
 	}
@@ -247,7 +247,7 @@ func (s *sequenceBatcher) bind(seq *sequence) {
 			continue
 		}
 		// A ready instance beats one whose stub is restarting.
-		if best == nil || (l.inst.ready() && !best.inst.ready()) || (l.inst.ready() == best.inst.ready() && used < bestUsed) {
+		if best == nil || (l.inst.Ready() && !best.inst.Ready()) || (l.inst.Ready() == best.inst.Ready() && used < bestUsed) {
 			best, bestUsed, bestSlot = l, used, free
 		}
 	}
@@ -300,7 +300,7 @@ func (s *sequenceBatcher) bury(key seqKey, why string) {
 // ends. Called with s.mu held.
 func (s *sequenceBatcher) pump(l *lane) {
 	for l.outstanding < s.mv.pipelineDepth {
-		cur := l.inst.currentProc()
+		cur := l.inst.Proc()
 		var heads []*sequence
 		for _, seq := range l.slots {
 			if seq == nil || seq.running != nil || len(seq.queue) == 0 {
@@ -347,7 +347,7 @@ func (s *sequenceBatcher) pump(l *lane) {
 		}
 		// direct holds at most mv.pipelineDepth of this lane's batches, far
 		// below its capacity, so the send does not block.
-		l.inst.direct <- b
+		l.inst.Direct() <- b
 		s.wg.Add(1)
 		go s.await(l, items, handedBack, members)
 	}
@@ -430,7 +430,7 @@ func (s *sequenceBatcher) filler(like *stubproc.Request) *stubproc.Request {
 // lose ends a sequence whose stub died: its state is gone, so its waiting
 // requests fail and later ones are refused. Called with s.mu held.
 func (s *sequenceBatcher) lose(seq *sequence) {
-	why := fmt.Sprintf("the stub process of instance '%s' that held the sequence's state died", seq.lane.inst.name)
+	why := fmt.Sprintf("the stub process of instance '%s' that held the sequence's state died", seq.lane.inst.Name())
 	err := backendapi.Errorf(backendapi.Unavailable, "inference request for sequence %s to model '%s' cannot continue: %s; start the sequence again with the START flag", seq.key, s.mv.name, why)
 	for _, pr := range seq.queue {
 		go s.mv.finish(pr, nil, err, true)
@@ -463,9 +463,12 @@ func (s *sequenceBatcher) requeue(members []*sequence, handedBack chan<- *stubpr
 	handedBack <- pr // buffered for every request of the batch
 }
 
-func (s *sequenceBatcher) unloaded() error {
-	return backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", s.mv.name)
-}
+func (s *sequenceBatcher) unloaded() error { return s.mv.unloaded() }
+
+// FailQueued fails the batches in the model queue. A sequence's requests
+// wait for their stub (its state is there), in the batcher or in their
+// instance's direct queue, until it returns or the sequence ends.
+func (s *sequenceBatcher) FailQueued(err error) { s.mv.drainQueue(err) }
 
 // await waits until each request of a batch ended or was handed back
 // (requeue), then lets each sequence send its next request. An iterative
@@ -518,12 +521,12 @@ func (s *sequenceBatcher) reap() {
 				if seq.running != nil || len(seq.queue) > 0 {
 					continue
 				}
-				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.currentProc() || !seq.proc.Alive()) {
+				if seq.lane != nil && seq.proc != nil && (seq.proc != seq.lane.inst.Proc() || !seq.proc.Alive()) {
 					s.lose(seq)
 					continue
 				}
 				if now.Sub(seq.last) > s.idle {
-					s.mv.sup.log.Info("sequence reclaimed after being idle", "model", s.mv.name, "sequence", seq.key.String(), "idle", s.idle)
+					s.mv.log.Info("sequence reclaimed after being idle", "model", s.mv.name, "sequence", seq.key.String(), "idle", s.idle)
 					s.end(seq, fmt.Sprintf("the sequence was reclaimed after being idle for longer than max_sequence_idle_microseconds (%d)", s.idle.Microseconds()))
 					s.release(seq)
 				}
@@ -533,9 +536,9 @@ func (s *sequenceBatcher) reap() {
 	}
 }
 
-// stop ends the batcher: waiting requests fail, as the model is going
+// Stop ends the batcher: waiting requests fail, as the model is going
 // away, and so do batches its instances have not taken yet.
-func (s *sequenceBatcher) stop() {
+func (s *sequenceBatcher) Stop() {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -571,10 +574,10 @@ func (s *sequenceBatcher) stop() {
 	for _, pr := range waiting {
 		s.mv.finish(pr, nil, err, true)
 	}
-	for _, inst := range s.mv.instances {
+	for _, inst := range s.mv.d.Instances() {
 		for {
 			select {
-			case b := <-inst.direct:
+			case b := <-inst.Direct():
 				for _, pr := range b.Items {
 					s.mv.finish(pr, nil, err, true)
 				}

@@ -1,4 +1,4 @@
-package supervisor
+package sched
 
 import (
 	"context"
@@ -18,23 +18,23 @@ import (
 // decided by sizes and policies alone, never by timing.
 
 // batcherModel is a model version with only what the batcher touches.
-func batcherModel(t *testing.T, maxBatch int64, db *inferencepb.ModelDynamicBatching) (*modelVersion, *dynamicBatcher) {
+func batcherModel(t *testing.T, maxBatch int64, db *inferencepb.ModelDynamicBatching) (*testModel, *dynamicBatcher) {
 	t.Helper()
-	mv := &modelVersion{name: "m", version: 1, sig: &signature{model: "m", maxBatch: maxBatch}, queue: make(chan *stubproc.Batch)}
-	b := newDynamicBatcher(mv, db, 1)
-	t.Cleanup(b.stop)
+	mv := &testModel{queue: make(chan *stubproc.Batch)}
+	b := newDynamicBatcher(mv.schedModel(maxBatch), db, 1)
+	t.Cleanup(b.Stop)
 	return mv, b
 }
 
 // submitN queues a request of batch size n, as modelVersion.submit does.
-func submitN(t *testing.T, mv *modelVersion, b *dynamicBatcher, n int64, req backendapi.InferRequest) (*stubproc.Request, error) {
+func submitN(t *testing.T, mv *testModel, b *dynamicBatcher, n int64, req backendapi.InferRequest) (*stubproc.Request, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	req.ModelName = "m"
 	pr := stubproc.NewRequest(ctx, &req, n, nil, false)
 	mv.active.Add(1)
-	if err := b.enqueue(pr); err != nil {
+	if err := b.Enqueue(pr); err != nil {
 		mv.active.Done()
 		return nil, err
 	}
@@ -43,12 +43,12 @@ func submitN(t *testing.T, mv *modelVersion, b *dynamicBatcher, n int64, req bac
 
 // take receives the next batch the way a stub would, and answers its
 // requests.
-func take(t *testing.T, mv *modelVersion) []*stubproc.Request {
+func take(t *testing.T, mv *testModel) []*stubproc.Request {
 	t.Helper()
 	select {
 	case bt := <-mv.queue:
 		for _, pr := range bt.Items {
-			mv.finish(pr, &backendapi.InferResponse{}, nil, true)
+			mv.Finish(pr, &backendapi.InferResponse{}, nil, true)
 		}
 		return bt.Items
 	case <-time.After(10 * time.Second):
@@ -130,7 +130,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pr.Wait(); !sameError(err, timeoutErr) {
+		if _, err := pr.Wait(); !sameError(err, timeoutErr) || !errors.Is(err, ErrTimeoutExpired) {
 			t.Errorf("got %v, want %v", err, timeoutErr)
 		}
 	})
@@ -140,7 +140,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pr.Wait(); !sameError(err, timeoutErr) {
+		if _, err := pr.Wait(); !sameError(err, timeoutErr) || !errors.Is(err, ErrTimeoutExpired) {
 			t.Errorf("got %v, want %v", err, timeoutErr)
 		}
 	})
@@ -171,7 +171,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := submitN(t, mv, b, 1, backendapi.InferRequest{})
-		if want := backendapi.Errorf(backendapi.Unavailable, "Exceeds maximum queue size"); !sameError(err, want) {
+		if want := backendapi.Errorf(backendapi.Unavailable, "Exceeds maximum queue size"); !sameError(err, want) || !errors.Is(err, ErrQueueFull) {
 			t.Errorf("got %v, want %v", err, want)
 		}
 	})
@@ -181,7 +181,7 @@ func TestDynamicBatcherQueuePolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.stop()
+		b.Stop()
 		if _, err := pr.Wait(); err == nil {
 			t.Error("request queued at stop succeeded")
 		}

@@ -1,4 +1,4 @@
-package supervisor
+package sched
 
 // What the sequence batcher adds to a request: the control inputs a model
 // declares (START, END, READY, CORRID) and the key of its sequence.
@@ -123,4 +123,18 @@ func (s *sequenceBatcher) newID() backendapi.CorrelationID {
 			return id
 		}
 	}
+}
+
+// configType is the data type of a config's CORRID control.
+func configType(t inferencepb.DataType) backendapi.DataType {
+	return backendapi.ParseDataType(t.String())
+}
+
+// elementCount returns the number of elements of shape.
+func elementCount(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
