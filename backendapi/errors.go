@@ -45,6 +45,9 @@ func (c Code) Error() string { return c.String() }
 type Error struct {
 	Code Code
 	Msg  string
+	// cause, set by Wrapf, is the error Msg reports in other words; it
+	// stays in the chain, so errors.Is still finds its sentinels.
+	cause error
 }
 
 // Errorf returns an *Error of class code.
@@ -52,7 +55,16 @@ func Errorf(code Code, format string, args ...any) error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Wrapf returns an *Error of class code with its own message that keeps
+// cause in its chain (errors.Is and errors.As see through it).
+func Wrapf(cause error, code Code, format string, args ...any) error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), cause: cause}
+}
+
 func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns the error Wrapf was given, or nil.
+func (e *Error) Unwrap() error { return e.cause }
 
 // Is matches the Code sentinels.
 func (e *Error) Is(target error) bool {

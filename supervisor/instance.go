@@ -285,7 +285,7 @@ func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferRespons
 
 // Executed implements stubproc.Host.
 func (inst *instance) Executed(size int64, d time.Duration) {
-	inst.mv.stats.executionDone(size, 0, d, 0)
+	inst.mv.Executed(size, d)
 	inst.executions.Add(1)
 }
 

@@ -38,8 +38,10 @@ type modelVersion struct {
 	forceCPUInputs bool
 	executeTimeout time.Duration
 	sig            *signature
-	// ens is the schedule of an ensemble; nil for other models.
-	ens *ensemble
+	// steps are an ensemble's steps (the status page), and composing the
+	// models they name; nil for other models.
+	steps     []backendapi.EnsembleStep
+	composing []string
 	// labels are the classification labels of each output.
 	labels map[string][]string
 
@@ -247,6 +249,12 @@ func (mv *modelVersion) Finish(pr *stubproc.Request, resp *backendapi.InferRespo
 		return
 	}
 	pr.TraceResponse(final)
+	mv.End(pr, resp, err, final)
+}
+
+// End is Finish without a stub's trace timestamps (ensemble.Host): the
+// statistics, then the caller; a response nobody takes is released.
+func (mv *modelVersion) End(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
 	// Statistics are recorded before the caller hears of the end, so a
 	// client (or an ensemble) that reads them after its response sees
 	// this request counted.
@@ -322,19 +330,10 @@ func (mv *modelVersion) unavailableReason() string {
 	return "no stub is running (" + strings.Join(causes, "; ") + ")"
 }
 
-// ready reports whether at least one instance can serve (an ensemble:
-// always, its steps answer for their models).
-func (mv *modelVersion) ready() bool {
-	if mv.ens != nil {
-		return true
-	}
-	for _, inst := range mv.instances {
-		if inst.ready() {
-			return true
-		}
-	}
-	return false
-}
+// ready reports whether the version can serve: its scheduler says (at
+// least one instance has a live stub; an ensemble always can, its steps
+// answer for their models).
+func (mv *modelVersion) ready() bool { return mv.scheduler.Ready() }
 
 // command builds the stub process for inst.
 func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {

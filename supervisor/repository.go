@@ -22,6 +22,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/supervisor/clientshm"
+	"github.com/stubvisor/stubvisor/supervisor/ensemble"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -122,7 +123,7 @@ func (s *Supervisor) UnloadModel(_ context.Context, name string, unloadDependent
 	e, known := s.models[name]
 	var deps []string
 	if known && unloadDependents && e.cfg != nil && modelconfig.IsEnsemble(e.cfg) && len(e.versions) > 0 {
-		deps = dependencies(e.cfg)
+		deps = ensemble.Dependencies(e.cfg)
 	}
 	s.mu.RUnlock()
 	if !known {
@@ -143,7 +144,7 @@ func (s *Supervisor) usedByEnsemble(model string) bool {
 	defer s.mu.RUnlock()
 	for _, e := range s.models {
 		for _, mv := range e.versions {
-			if mv.ens != nil && slices.ContainsFunc(mv.ens.steps, func(st *ensStep) bool { return st.model == model }) {
+			if slices.Contains(mv.composing, model) {
 				return true
 			}
 		}
@@ -292,7 +293,7 @@ func (s *Supervisor) loadDependencies(name string, cfg *inferencepb.ModelConfig,
 	if s.opts.ModelControl != ControlExplicit {
 		return nil
 	}
-	for _, dep := range dependencies(cfg) {
+	for _, dep := range ensemble.Dependencies(cfg) {
 		if slices.Contains(chain, dep) {
 			return backendapi.Errorf(backendapi.InvalidArg, "circular dependency between ensembles: %s -> %s", strings.Join(chain, " -> "), dep)
 		}
@@ -569,9 +570,6 @@ func fingerprint(dir string) string {
 	})
 	return hex.EncodeToString(h.Sum(nil))
 }
-
-// errNotYet marks features whose supervisor side is not built yet.
-var errNotYet = errors.New("not supported by this server yet")
 
 // StartupFailures returns the names of the models that failed to load at
 // start, sorted (the server exits on them under --exit-on-error, as

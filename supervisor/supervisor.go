@@ -393,23 +393,12 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 	if mv.decoupled {
 		return nil, backendapi.ErrDecoupled
 	}
-	if mv.ens != nil {
-		notifyQueued(req)
-		return s.runEnsemble(ctx, mv, req, nil)
-	}
 	pr, err := mv.submit(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
-	notifyQueued(req)
+	pr.NotifyQueued()
 	return pr.Wait()
-}
-
-// notifyQueued tells the front end that req has its place in the queue.
-func notifyQueued(req *backendapi.InferRequest) {
-	if req.Queued != nil {
-		req.Queued()
-	}
 }
 
 // InferStream implements backendapi.Backend.
@@ -418,16 +407,11 @@ func (s *Supervisor) InferStream(ctx context.Context, req *backendapi.InferReque
 	if err != nil {
 		return err
 	}
-	if mv.ens != nil {
-		notifyQueued(req)
-		_, err := s.runEnsemble(ctx, mv, req, send)
-		return err
-	}
 	pr, err := mv.submit(ctx, req, send)
 	if err != nil {
 		return err
 	}
-	notifyQueued(req)
+	pr.NotifyQueued()
 	if !pr.Await() {
 		// The stub may still answer; respond drops what comes after the
 		// final call, and the caller must not be called after we return.
@@ -464,12 +448,10 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 		}
 		for _, mv := range e.versions {
 			st, why := e.stateOf(mv)
-			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: st, Reason: why}
+			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: st, Reason: why,
+				Stubs: make([]backendapi.StubStatus, 0, len(mv.instances)), Steps: mv.steps}
 			for _, inst := range mv.instances {
 				ms.Stubs = append(ms.Stubs, inst.status())
-			}
-			if mv.ens != nil {
-				ms.Stubs, ms.Steps = []backendapi.StubStatus{}, ensembleSteps(mv.ens)
 			}
 			out = append(out, ms)
 		}

@@ -334,6 +334,9 @@ func (b *dynamicBatcher) FailQueued(err error) {
 	b.mv.drainQueue(err)
 }
 
+// Ready implements Scheduler.
+func (b *dynamicBatcher) Ready() bool { return b.mv.ready() }
+
 // failQueued fails every request waiting in the batcher with err.
 func (b *dynamicBatcher) failQueued(err error) {
 	b.mu.Lock()

@@ -19,6 +19,9 @@ type Scheduler interface {
 	// FailQueued fails every request still waiting with err (no stub can
 	// run them).
 	FailQueued(err error)
+	// Ready reports whether the scheduler can serve now: an instance of
+	// the model has a live stub.
+	Ready() bool
 	// Stop ends the scheduler; requests still waiting fail, as the model
 	// is going away. It is idempotent.
 	Stop()
@@ -68,6 +71,7 @@ type model struct {
 	maxBatch      int64 // max_batch_size
 	pipelineDepth int   // PipelineDepth of the model
 	queue         chan *stubproc.Batch
+	instances     []Instance
 	log           hclog.Logger
 	d             Dispatch
 }
@@ -129,11 +133,11 @@ func NewQueue(cfg *inferencepb.ModelConfig) chan *stubproc.Batch {
 // takes several requests per execute: MAX_REQUESTS_PER_EXECUTE), or one
 // execute per request.
 func New(m Model, d Dispatch) (Scheduler, error) {
-	cfg := m.Config
+	cfg, instances := m.Config, d.Instances()
 	mv := &model{
 		name: m.Name, version: m.Version, maxBatch: int64(cfg.GetMaxBatchSize()),
-		pipelineDepth: PipelineDepth(cfg, len(d.Instances())),
-		queue:         d.Queue(), log: m.Log, d: d,
+		pipelineDepth: PipelineDepth(cfg, len(instances)),
+		queue:         d.Queue(), instances: instances, log: m.Log, d: d,
 	}
 	switch {
 	case cfg.GetSequenceBatching() != nil:
@@ -164,7 +168,19 @@ func (s *defaultScheduler) Enqueue(pr *stubproc.Request) error {
 
 func (s *defaultScheduler) FailQueued(err error) { s.mv.drainQueue(err) }
 
+func (s *defaultScheduler) Ready() bool { return s.mv.ready() }
+
 func (s *defaultScheduler) Stop() {}
+
+// ready reports whether an instance of the model has a live stub.
+func (m *model) ready() bool {
+	for _, inst := range m.instances {
+		if inst.Ready() {
+			return true
+		}
+	}
+	return false
+}
 
 // drainQueue fails the batches waiting in the model queue.
 func (m *model) drainQueue(err error) {

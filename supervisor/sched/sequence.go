@@ -187,7 +187,7 @@ func (s *sequenceBatcher) Enqueue(pr *stubproc.Request) error {
 	}
 	pr.SetReq(&nr)
 	if s.lanes == nil {
-		for _, inst := range s.mv.d.Instances() {
+		for _, inst := range s.mv.instances {
 			s.lanes = append(s.lanes, &lane{inst: inst, slots: make([]*sequence, s.slots)})
 		}
 	}
@@ -470,6 +470,9 @@ func (s *sequenceBatcher) unloaded() error { return s.mv.unloaded() }
 // instance's direct queue, until it returns or the sequence ends.
 func (s *sequenceBatcher) FailQueued(err error) { s.mv.drainQueue(err) }
 
+// Ready implements Scheduler.
+func (s *sequenceBatcher) Ready() bool { return s.mv.ready() }
+
 // await waits until each request of a batch ended or was handed back
 // (requeue), then lets each sequence send its next request. An iterative
 // sequence whose request ended is over.
@@ -574,7 +577,7 @@ func (s *sequenceBatcher) Stop() {
 	for _, pr := range waiting {
 		s.mv.finish(pr, nil, err, true)
 	}
-	for _, inst := range s.mv.d.Instances() {
+	for _, inst := range s.mv.instances {
 		for {
 			select {
 			case b := <-inst.Direct():

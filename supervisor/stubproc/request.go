@@ -71,6 +71,10 @@ type Request struct {
 	// true in the model.
 	cancelled atomic.Bool
 
+	// queuedFn is req.Queued, called once by NotifyQueued.
+	queuedFn func()
+	notified bool
+
 	// solo and soloItems are the one-request batch of the default
 	// scheduler, allocated with the request.
 	solo      Batch
@@ -83,7 +87,21 @@ type Request struct {
 // keeps a step's outputs in the stub's arena until the steps that read
 // them are done).
 func NewRequest(ctx context.Context, req *backendapi.InferRequest, size int64, stream func(*backendapi.InferResponse, error, bool), own bool) *Request {
-	return &Request{ctx: ctx, req: req, trace: req.Trace, size: size, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{}), stream: stream, own: own}
+	return &Request{ctx: ctx, req: req, trace: req.Trace, size: size, queued: time.Now(), done: make(chan struct{}), assigned: make(chan struct{}), stream: stream, own: own, queuedFn: req.Queued}
+}
+
+// NotifyQueued tells the front end, once, that the request has its place
+// in the queue (InferRequest.Queued). The submitting goroutine calls it
+// after Enqueue; a scheduler that runs the request within Enqueue (the
+// ensemble) calls it before it starts.
+func (p *Request) NotifyQueued() {
+	if p.notified {
+		return
+	}
+	p.notified = true
+	if p.queuedFn != nil {
+		p.queuedFn()
+	}
 }
 
 // NewFiller is a request the sequence batcher makes up to keep a direct

@@ -1,4 +1,4 @@
-package supervisor
+package ensemble
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // An ensemble request runs each step as soon as every tensor it reads
@@ -70,13 +71,11 @@ type ensFiring struct {
 // ensRun is one request through an ensemble. Only the goroutine that runs
 // run touches vals; steps report through events.
 type ensRun struct {
-	s      *Supervisor
-	mv     *modelVersion
+	e      *Ensemble
+	pr     *stubproc.Request
 	req    *backendapi.InferRequest
 	ctx    context.Context
 	cancel context.CancelFunc
-	// send gets every response of a streaming request; nil for Infer.
-	send func(*backendapi.InferResponse, error, bool)
 
 	vals map[string]*ensVal
 	// needed are the steps that lead to a requested output; wanted the
@@ -94,29 +93,25 @@ type ensRun struct {
 	batch int64
 }
 
-// runEnsemble runs one request through an ensemble. For Infer (send nil)
-// it returns the one response; a streaming request gets its responses
-// through send and returns nil, nil.
-func (s *Supervisor) runEnsemble(ctx context.Context, mv *modelVersion, req *backendapi.InferRequest, send func(*backendapi.InferResponse, error, bool)) (*backendapi.InferResponse, error) {
-	batch, err := mv.sig.validate(req)
-	if err != nil {
-		return nil, err
-	}
-	if err := mv.enter(); err != nil {
-		return nil, err
-	}
-	defer mv.active.Done()
-	r := &ensRun{s: s, mv: mv, req: req, send: send, vals: map[string]*ensVal{}, wake: make(chan struct{}, 1), start: time.Now(), batch: batch}
-	r.ctx, r.cancel = context.WithCancel(ctx)
+// Enqueue implements sched.Scheduler: it runs the request through the
+// ensemble on the caller's goroutine, without a queue of its own, and
+// ends it through the host (a streaming request gets every response
+// there). The request's compute time starts at its queue time.
+func (e *Ensemble) Enqueue(pr *stubproc.Request) error {
+	pr.RunsNow()
+	pr.NotifyQueued()
+	r := &ensRun{e: e, pr: pr, req: pr.Req(), vals: map[string]*ensVal{}, wake: make(chan struct{}, 1), start: time.Now(), batch: pr.Size()}
+	r.ctx, r.cancel = context.WithCancel(pr.Context())
 	defer r.cancel()
 	r.plan()
-	return r.run()
+	r.run()
+	return nil
 }
 
 // plan picks the steps that lead to a requested output (all outputs when
 // the request names none), as Triton prunes an ensemble's graph.
 func (r *ensRun) plan() {
-	e := r.mv.ens
+	e := r.e
 	r.wanted = map[string]backendapi.RequestedOutput{}
 	if len(r.req.Outputs) == 0 {
 		for _, o := range e.outputs {
@@ -146,7 +141,7 @@ func (r *ensRun) plan() {
 // consumers counts the needed steps reading a tensor.
 func (r *ensRun) consumers(tensor string) int {
 	n := 0
-	for _, st := range r.mv.ens.consumers[tensor] {
+	for _, st := range r.e.consumers[tensor] {
 		if r.needed[st] {
 			n++
 		}
@@ -155,12 +150,12 @@ func (r *ensRun) consumers(tensor string) int {
 }
 
 // run drives the steps until every one has ended, then answers.
-func (r *ensRun) run() (*backendapi.InferResponse, error) {
+func (r *ensRun) run() {
 	for _, in := range r.req.Inputs {
 		r.vals[in.Name] = &ensVal{t: in, left: r.consumers(in.Name)}
 	}
 	var ready []*ensStep
-	for _, st := range r.mv.ens.steps {
+	for _, st := range r.e.steps {
 		if r.needed[st] && r.inputsReady(st) {
 			ready = append(ready, st)
 		}
@@ -172,7 +167,7 @@ func (r *ensRun) run() (*backendapi.InferResponse, error) {
 		}
 	}
 	r.handleEvents()
-	return r.finish()
+	r.finish()
 }
 
 // inputsReady reports whether every tensor a step reads has a value.
@@ -197,16 +192,16 @@ func (r *ensRun) fire(steps []*ensStep) {
 		f := &ensFiring{st: st}
 		req := r.stepRequest(f)
 		r.running++
-		mv, err := r.s.lookup(st.model, st.version)
+		m, err := r.e.models.Lookup(st.model, st.version)
 		if err != nil {
 			r.push(ensEvent{f: f, err: err, final: true})
 			continue
 		}
-		if i == len(steps)-1 && r.running == 1 && !mv.decoupled {
-			r.runStep(mv, f, req)
+		if i == len(steps)-1 && r.running == 1 && !m.Decoupled() {
+			r.runStep(m, f, req)
 			continue
 		}
-		go r.runStep(mv, f, req)
+		go r.runStep(m, f, req)
 	}
 }
 
@@ -251,14 +246,14 @@ func (r *ensRun) stepRequest(f *ensFiring) *backendapi.InferRequest {
 }
 
 // runStep runs one firing to its end, reporting every response.
-func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRequest) {
+func (r *ensRun) runStep(m Model, f *ensFiring, req *backendapi.InferRequest) {
 	if req.Trace != nil && req.Trace.End != nil {
 		defer req.Trace.End()
 	}
 	report := func(resp *backendapi.InferResponse, err error, final bool) {
 		r.push(ensEvent{f: f, resp: resp, err: err, final: final})
 	}
-	pr, err := mv.submitTo(r.ctx, req, report, true)
+	pr, err := m.Submit(r.ctx, req, report)
 	if err != nil {
 		report(nil, err, true)
 		return
@@ -268,7 +263,7 @@ func (r *ensRun) runStep(mv *modelVersion, f *ensFiring, req *backendapi.InferRe
 		// responses; a stub may be copying the step's inputs out of their
 		// blocks right now (prepare, under pr.hold): abandon leaves first,
 		// which waits for that copy to end, and no later one starts.
-		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", mv.name, r.ctx.Err()))
+		m.Abandon(pr, backendapi.Errorf(backendapi.Cancelled, "request for model '%s' cancelled: %v", f.st.model, r.ctx.Err()))
 	}
 }
 
@@ -299,7 +294,7 @@ func (r *ensRun) handle(ev ensEvent) {
 	if ev.err != nil && r.err == nil {
 		// The first error ends the request; the other steps are
 		// cancelled and their responses dropped.
-		r.err = backendapi.Errorf(backendapi.CodeOf(ev.err), "in ensemble '%s', %s", r.mv.name, backendapi.MessageOf(ev.err))
+		r.err = backendapi.Wrapf(ev.err, backendapi.CodeOf(ev.err), "in ensemble '%s', %s", r.e.name, backendapi.MessageOf(ev.err))
 		r.cancel()
 	}
 	if ev.resp != nil {
@@ -351,17 +346,16 @@ func (r *ensRun) store(st *ensStep, resp *backendapi.InferResponse) {
 			src: ref, left: n, fresh: isOut,
 		}
 		fresh = fresh || isOut
-		for _, c := range r.mv.ens.consumers[tensor] {
+		for _, c := range r.e.consumers[tensor] {
 			if r.needed[c] && r.inputsReady(c) && !containsStep(ready, c) {
 				ready = append(ready, c)
 			}
 		}
 	}
 	r.fire(ready)
-	if fresh && r.mv.decoupled && r.send != nil {
+	if fresh && r.e.decoupled && r.pr.Streaming() {
 		if out := r.response(true); out != nil {
-			r.send(out, nil, false)
-			out.Release()
+			r.e.host.End(r.pr, out, nil, false) // which releases it
 		}
 	}
 }
@@ -381,8 +375,8 @@ func containsStep(steps []*ensStep, st *ensStep) bool {
 // pairs only values that arrived since the last, so a decoupled step's
 // outputs are never mixed with an older response's).
 func (r *ensRun) response(onlyFresh bool) *backendapi.InferResponse {
-	resp := &backendapi.InferResponse{ModelName: r.mv.name, ModelVersion: r.mv.version, ID: r.req.ID}
-	for _, name := range r.mv.ens.outputs {
+	resp := &backendapi.InferResponse{ModelName: r.e.name, ModelVersion: r.e.version, ID: r.req.ID}
+	for _, name := range r.e.outputs {
 		want, ok := r.wanted[name]
 		if !ok {
 			continue
@@ -394,7 +388,7 @@ func (r *ensRun) response(onlyFresh bool) *backendapi.InferResponse {
 		resp.Outputs = append(resp.Outputs, backendapi.OutputTensor{Name: name, DataType: v.t.DataType, Shape: v.t.Shape, Data: v.t.Data, SharedMemory: want.SharedMemory})
 	}
 	var refs []*ensRef
-	for _, name := range r.mv.ens.outputs {
+	for _, name := range r.e.outputs {
 		if v := r.vals[name]; v != nil && r.wanted[name].Name != "" {
 			v.fresh = false
 			v.src.hold()
@@ -410,33 +404,21 @@ func (r *ensRun) response(onlyFresh bool) *backendapi.InferResponse {
 }
 
 // finish answers once every step has ended and lets go of the table.
-func (r *ensRun) finish() (*backendapi.InferResponse, error) {
+func (r *ensRun) finish() {
 	var out *backendapi.InferResponse
 	err := r.err
-	if err == nil && !r.mv.decoupled {
+	if err == nil && !r.e.decoupled {
 		if out = r.response(false); out == nil {
-			err = backendapi.Errorf(backendapi.Internal, "in ensemble '%s', the steps ended without producing every requested output", r.mv.name)
+			err = backendapi.Errorf(backendapi.Internal, "in ensemble '%s', the steps ended without producing every requested output", r.e.name)
 		}
 	}
 	for name, v := range r.vals {
 		delete(r.vals, name)
 		v.src.drop()
 	}
-	// Counted before the caller hears of the end (see modelVersion.finish).
-	d := time.Since(r.start)
-	r.mv.stats.requestDone(err, r.batch, d, 0, d)
-	r.mv.stats.executionDone(r.batch, 0, d, 0)
-	if r.send == nil {
-		return out, err
-	}
-	switch {
-	case err != nil:
-		r.send(nil, err, true)
-	case out != nil:
-		r.send(out, nil, true)
-		out.Release()
-	default:
-		r.send(nil, nil, true)
-	}
-	return nil, nil
+	// The execution is counted before the caller hears of the end; the
+	// request's statistics are recorded by End, before it answers.
+	r.e.host.Executed(r.batch, time.Since(r.start))
+	// A response the caller does not take is released by End.
+	r.e.host.End(r.pr, out, err, true)
 }
