@@ -58,10 +58,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 		writeError(w, invalidArg("Unsupported content-encoding, only 'identity' is supported."))
 		return
 	}
-	tr := s.tracer.startHTTP(model, version, r)
-	defer tr.end()
+	tr := s.tracer.StartHTTP(model, version, r)
+	defer tr.End()
 	body, err := readLimited(nil, r.Body, r.ContentLength, s.maxInput, false)
-	tr.stamp("HTTP_RECV_END")
+	tr.Stamp("HTTP_RECV_END")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -73,7 +73,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, model, v
 	}
 	req.ModelName = model
 	req.ModelVersion = version
-	tr.submit(req)
+	tr.Submit(req)
 	if streaming {
 		s.generateStream(w, r, req)
 	} else {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/server/trace"
 )
 
 // MaxGRPCMessageSize is the largest gRPC message the front end accepts or
@@ -72,7 +73,7 @@ type GRPCServer struct {
 	log      hclog.Logger
 	metadata *pb.ServerMetadataResponse
 	logging  *logSettings
-	tracer   *tracer
+	tracer   *trace.Tracer
 	srv      *grpc.Server
 	health   *health.Server
 	budget   *byteBudget
@@ -123,7 +124,7 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 		g.logging = newLogSettings(opts.Logger)
 		g.budget = newByteBudget(opts.MaxInflightBytes)
 		var err error
-		if g.tracer, err = newTracer(DefaultTraceConfig(), opts.Logger); err != nil {
+		if g.tracer, err = trace.New(DefaultTraceConfig(), opts.Logger, traceJSON{}); err != nil {
 			return nil, fmt.Errorf("server: new grpc: %w", err)
 		}
 	}

@@ -440,15 +440,16 @@ func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) 
 	}
 	defer g.budget.release(held)
 	var ir backendapi.InferRequest
-	tr := g.tracer.startGRPC(ctx, req.GetModelName(), req.GetModelVersion())
-	defer tr.end()
+	v, _ := parseModelVersion(req.GetModelVersion())
+	tr := g.tracer.StartGRPC(ctx, req.GetModelName(), v)
+	defer tr.End()
 	if _, err := parseGRPCInfer(req, &ir); err != nil {
 		return nil, grpcError(g.requestError(ctx, req, err))
 	}
 	if err := g.forwardMetadata(ctx, &ir); err != nil {
 		return nil, grpcError(err)
 	}
-	tr.submit(&ir)
+	tr.Submit(&ir)
 	resp, err := g.backend.Infer(ctx, &ir)
 	if err != nil {
 		if errors.Is(err, backendapi.ErrDecoupled) {
@@ -459,13 +460,13 @@ func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) 
 		}
 		return nil, grpcError(err)
 	}
-	tr.response(resp)
+	tr.Response(resp)
 	out := buildGRPCResponse(resp, &ir)
 	resp.Release()
 	// grpc-go sends the reply after the handler returns: both send
 	// timestamps mark the hand-over.
-	tr.stamp("GRPC_SEND_START")
-	tr.stamp("GRPC_SEND_END")
+	tr.Stamp("GRPC_SEND_START")
+	tr.Stamp("GRPC_SEND_END")
 	return out, nil
 }
 

@@ -180,12 +180,13 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 
 func (st *streamState) run(req *pb.ModelInferRequest, ir *backendapi.InferRequest, opts grpcInferOptions) {
 	version := ""
-	tr := st.g.tracer.startGRPC(st.ctx, req.GetModelName(), req.GetModelVersion())
-	defer tr.end()
-	tr.submit(ir)
+	v, _ := parseModelVersion(req.GetModelVersion())
+	tr := st.g.tracer.StartGRPC(st.ctx, req.GetModelName(), v)
+	defer tr.End()
+	tr.Submit(ir)
 	err := st.g.backend.InferStream(st.ctx, ir, func(resp *backendapi.InferResponse, err error, final bool) {
 		if err == nil {
-			tr.response(resp)
+			tr.Response(resp)
 		}
 		// The stub protocol does not tell a response without outputs from
 		// the bare final flag of a decoupled model (send(flags=FINAL)),

@@ -46,12 +46,12 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 		return
 	}
 	defer func() { s.budget.release(held) }()
-	tr := s.tracer.startHTTP(model, version, r)
-	defer tr.end()
+	tr := s.tracer.StartHTTP(model, version, r)
+	defer tr.End()
 	c := getCall()
 	defer putCall(c)
 	body, err := c.readBody(w, r, s.maxInput)
-	tr.stamp("HTTP_RECV_END")
+	tr.Stamp("HTTP_RECV_END")
 	if err != nil {
 		s.inferFailed(w, model, err)
 		return
@@ -89,19 +89,19 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 			return
 		}
 	}
-	tr.submit(&c.req)
+	tr.Submit(&c.req)
 	resp, err := s.backend.Infer(ctx, &c.req)
 	if err != nil {
 		s.inferFailed(w, model, err)
 		return
 	}
 	defer resp.Release()
-	tr.response(resp)
-	tr.stamp("HTTP_SEND_START")
+	tr.Response(resp)
+	tr.Stamp("HTTP_SEND_START")
 	if err := s.writeInferResponse(w, r, c, resp); err != nil {
 		s.inferFailed(w, model, err)
 	}
-	tr.stamp("HTTP_SEND_END")
+	tr.Stamp("HTTP_SEND_END")
 }
 
 func (s *Server) inferFailed(w http.ResponseWriter, model string, err error) {

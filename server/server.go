@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/server/trace"
 )
 
 // serverName is what server metadata reports. Triton's clients and tests
@@ -99,7 +100,7 @@ type Server struct {
 	maxInput  int64
 	metadata  []byte // the GET /v2 reply, built once
 	logging   *logSettings
-	tracer    *tracer
+	tracer    *trace.Tracer
 	api       http.Handler
 	metrics   http.Handler
 	headerTTL time.Duration
@@ -153,7 +154,7 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	if opts.Trace != nil {
 		tc = *opts.Trace
 	}
-	tr, err := newTracer(tc, opts.Logger)
+	tr, err := trace.New(tc, opts.Logger, traceJSON{})
 	if err != nil {
 		return nil, fmt.Errorf("server: new: %w", err)
 	}
@@ -231,9 +232,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	// Requests are over: write what the trace files hold, flush spans.
-	s.tracer.close()
+	s.tracer.Close()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("server: shutdown: %w", err)
 	}
 	return nil
 }
+
+// TraceConfig is the tracing configuration given at start (package trace).
+type TraceConfig = trace.Config
+
+// DefaultTraceConfig is Triton's default: level OFF, rate 1000, count -1.
+func DefaultTraceConfig() TraceConfig { return trace.DefaultConfig() }

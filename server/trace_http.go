@@ -5,21 +5,15 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/stubvisor/stubvisor/backendapi"
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/server/trace"
 )
 
 // The trace setting endpoints: GET and POST /v2[/models/{m}]/trace/setting
 // and the TraceSetting RPC. An update names only the settings it changes;
 // null (HTTP) or an empty value list (gRPC) clears a model's setting so
 // that it follows the global one again. trace_file cannot be changed.
-
-const msgTraceFile = "trace file location can not be updated through network protocol"
-
-// traceParent is the header (and gRPC metadata key) of the W3C trace context.
-const traceParent = "traceparent"
 
 // handleTrace serves /v2/trace/setting (model "") and
 // /v2/models/{m}/trace/setting.
@@ -28,7 +22,7 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request, model strin
 		return
 	}
 	if model != "" {
-		if err := traceModelCheck(s.backend.ModelReady(r.Context(), model, 0), model); err != nil {
+		if err := trace.ModelCheck(s.backend.ModelReady(r.Context(), model, 0), model); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -36,9 +30,9 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request, model strin
 	if r.Method == http.MethodPost {
 		body, err := readControlBody(r, s.maxInput)
 		if err == nil {
-			var u *traceUpdate
+			var u *trace.Update
 			if u, err = parseTraceUpdateJSON(body); err == nil {
-				err = s.tracer.apply(model, u)
+				err = s.tracer.Apply(model, u)
 			}
 		}
 		if err != nil {
@@ -47,7 +41,7 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request, model strin
 		}
 	}
 	b := []byte{'{'}
-	for i, kv := range s.tracer.settings(model) {
+	for i, kv := range s.tracer.Settings(model) {
 		b = appendJSONKey(b, i == 0, kv[0].(string))
 		b = appendJSONValue(b, kv[1])
 	}
@@ -56,37 +50,37 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request, model strin
 
 // parseTraceUpdateJSON reads a POSTed update: every value a string (or
 // null), trace_level an array of strings.
-func parseTraceUpdateJSON(body []byte) (*traceUpdate, error) {
+func parseTraceUpdateJSON(body []byte) (*trace.Update, error) {
 	obj, err := parseJSONObject(body, true)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := obj["trace_file"]; ok {
-		return nil, backendapi.Errorf(backendapi.Unsupported, "%s", msgTraceFile)
+		return nil, backendapi.Errorf(backendapi.Unsupported, "%s", trace.MsgTraceFile)
 	}
-	u := &traceUpdate{}
+	u := &trace.Update{}
 	if raw, ok := obj["trace_level"]; ok {
-		u.hasLevel, u.clearLevel = true, isNull(raw)
-		if !u.clearLevel {
-			if err := json.Unmarshal(raw, &u.levelValues); err != nil {
+		u.HasLevel, u.ClearLevel = true, isNull(raw)
+		if !u.ClearLevel {
+			if err := json.Unmarshal(raw, &u.LevelValues); err != nil {
 				return nil, invalidArg("%s", msgNotArray)
 			}
 		}
 	}
-	for _, f := range u.scalarSettings() {
-		raw, ok := obj[f.key]
+	for _, f := range u.ScalarSettings() {
+		raw, ok := obj[f.Key]
 		if !ok {
 			continue
 		}
-		*f.has, *f.clear = true, isNull(raw)
-		if *f.clear {
+		*f.Has, *f.Clear = true, isNull(raw)
+		if *f.Clear {
 			continue
 		}
 		v, err := rawString(raw)
 		if err != nil {
 			return nil, err
 		}
-		*f.val = &v
+		*f.Val = &v
 	}
 	return u, nil
 }
@@ -95,35 +89,35 @@ func parseTraceUpdateJSON(body []byte) (*traceUpdate, error) {
 func (g *GRPCServer) TraceSetting(ctx context.Context, req *pb.TraceSettingRequest) (*pb.TraceSettingResponse, error) {
 	model := req.GetModelName()
 	if model != "" {
-		if err := traceModelCheck(g.backend.ModelReady(ctx, model, 0), model); err != nil {
+		if err := trace.ModelCheck(g.backend.ModelReady(ctx, model, 0), model); err != nil {
 			return nil, grpcError(err)
 		}
 	}
 	if set := req.GetSettings(); len(set) > 0 {
 		if _, ok := set["trace_file"]; ok {
-			return nil, grpcError(backendapi.Errorf(backendapi.Unsupported, "%s", msgTraceFile))
+			return nil, grpcError(backendapi.Errorf(backendapi.Unsupported, "%s", trace.MsgTraceFile))
 		}
-		u := &traceUpdate{}
+		u := &trace.Update{}
 		if v, ok := set["trace_level"]; ok {
-			u.hasLevel, u.clearLevel, u.levelValues = true, len(v.GetValue()) == 0, v.GetValue()
+			u.HasLevel, u.ClearLevel, u.LevelValues = true, len(v.GetValue()) == 0, v.GetValue()
 		}
-		for _, f := range u.scalarSettings() {
-			v, ok := set[f.key]
+		for _, f := range u.ScalarSettings() {
+			v, ok := set[f.Key]
 			if !ok {
 				continue
 			}
-			*f.has, *f.clear = true, len(v.GetValue()) == 0
-			if !*f.clear {
+			*f.Has, *f.Clear = true, len(v.GetValue()) == 0
+			if !*f.Clear {
 				x := v.GetValue()[0]
-				*f.val = &x
+				*f.Val = &x
 			}
 		}
-		if err := g.tracer.apply(model, u); err != nil {
+		if err := g.tracer.Apply(model, u); err != nil {
 			return nil, grpcError(err)
 		}
 	}
 	out := &pb.TraceSettingResponse{Settings: map[string]*pb.TraceSettingResponse_SettingValue{}}
-	for _, kv := range g.tracer.settings(model) {
+	for _, kv := range g.tracer.Settings(model) {
 		var vals []string
 		switch v := kv[1].(type) {
 		case []string:
@@ -136,32 +130,11 @@ func (g *GRPCServer) TraceSetting(ctx context.Context, req *pb.TraceSettingReque
 	return out, nil
 }
 
-// startHTTP starts the trace of an HTTP request to model, or returns nil;
-// it stamps HTTP_RECV_START.
-func (t *tracer) startHTTP(model string, version int64, r *http.Request) *reqTrace {
-	if t == nil || !t.on.Load() {
-		return nil
-	}
-	rt := t.start(model, version, r.Header.Get(traceParent))
-	rt.stamp("HTTP_RECV_START")
-	return rt
-}
+// traceJSON writes trace records with the front end's JSON writers.
+type traceJSON struct{}
 
-// startGRPC starts the trace of a gRPC request, or returns nil; the
-// request has been read, so it stamps GRPC_WAITREAD_START and _END.
-func (t *tracer) startGRPC(ctx context.Context, model string, version string) *reqTrace {
-	if t == nil || !t.on.Load() {
-		return nil
-	}
-	v, _ := parseModelVersion(version)
-	parent := ""
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if p := md.Get(traceParent); len(p) > 0 {
-			parent = p[0]
-		}
-	}
-	rt := t.start(model, v, parent)
-	rt.stamp("GRPC_WAITREAD_START")
-	rt.stamp("GRPC_WAITREAD_END")
-	return rt
+func (traceJSON) String(dst []byte, s string) []byte { return appendJSONString(dst, s) }
+
+func (traceJSON) Data(dst []byte, name string, dt backendapi.DataType, data []byte, shape []int64) ([]byte, error) {
+	return appendJSONData(dst, name, dt, data, elementCount(shape))
 }

@@ -1,4 +1,4 @@
-package server
+package trace
 
 import (
 	"context"
@@ -97,7 +97,7 @@ type otelSpans struct {
 // last stamp): under parent when it is a BLS request, else an
 // "InferRequest" span continuing the client's traceparent, if any. The
 // model span's context becomes the request's trace context.
-func (o *otelTracer) begin(rt *reqTrace, parent context.Context) {
+func (o *otelTracer) begin(rt *Request, parent context.Context) {
 	s := &rt.otel
 	start := rt.stamps[len(rt.stamps)-1].t
 	ctx := parent
@@ -139,7 +139,7 @@ func (s *otelSpans) computeContext(o *otelTracer, start time.Time) context.Conte
 
 // export completes the spans of a finished trace: the queue span, the
 // compute span, the events, and the ends.
-func (o *otelTracer) export(rt *reqTrace) {
+func (o *otelTracer) export(rt *Request) {
 	s := &rt.otel
 	if s.model == nil || len(rt.stamps) == 0 {
 		return

@@ -1,7 +1,7 @@
-package server
+package trace
 
 import (
-	"fmt"
+	"encoding/json"
 	"math"
 	"sort"
 	"strconv"
@@ -14,14 +14,6 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi"
 )
 
-// The trace extension (extension_trace.md, user_guide/trace.md): global
-// settings from --trace-config, per-model settings through
-// /v2[/models/{m}]/trace/setting and the TraceSetting RPC, and sampling.
-// A sampled request gets a reqTrace (trace_record.go) that the front ends
-// fill and that ends as Triton's JSON records in the trace file or as
-// OpenTelemetry spans (trace_otel.go). While every level is OFF the only
-// cost on a request is one atomic load.
-
 // Trace levels, a bit mask as in TRITONSERVER_InferenceTraceLevel.
 const (
 	traceTimestamps = 1
@@ -33,101 +25,6 @@ const (
 	traceModeTriton = "triton"
 	traceModeOTel   = "opentelemetry"
 )
-
-// TraceConfig is the tracing configuration given at start
-// (--trace-config, Triton's spellings).
-type TraceConfig struct {
-	Level        int
-	Rate         uint32
-	Count        int32
-	LogFrequency uint32
-	File         string
-	Mode         string
-	// OTel holds the opentelemetry settings (url, resource, bsp_*), in the
-	// order given; resource may repeat.
-	OTel [][2]string
-}
-
-// DefaultTraceConfig is Triton's default: level OFF, rate 1000, count -1.
-func DefaultTraceConfig() TraceConfig {
-	return TraceConfig{Rate: 1000, Count: -1, Mode: traceModeTriton}
-}
-
-// Parse applies one --trace-config value to c: "<setting>=<value>"
-// for the global settings (level, rate, count, mode), "triton,file=..." and
-// "triton,log-frequency=..." and "opentelemetry,<setting>=...".
-func (c *TraceConfig) Parse(spec string) error {
-	mode, setting, hasMode := strings.Cut(spec, ",")
-	if !hasMode {
-		setting, mode = spec, ""
-	}
-	key, value, ok := strings.Cut(setting, "=")
-	if !ok {
-		return fmt.Errorf("trace-config: %q: expected <setting>=<value>", spec)
-	}
-	switch mode {
-	case "":
-		return c.parseGlobal(key, value)
-	case traceModeTriton:
-		switch key {
-		case "file":
-			c.File = value
-			return nil
-		case "log-frequency":
-			n, err := strconv.ParseUint(value, 10, 32)
-			if err != nil {
-				return fmt.Errorf("trace-config: log-frequency: %w", err)
-			}
-			c.LogFrequency = uint32(n)
-			return nil
-		}
-	case traceModeOTel:
-		switch key {
-		case "url", "resource", "bsp_max_queue_size", "bsp_schedule_delay", "bsp_max_export_batch_size":
-			c.OTel = append(c.OTel, [2]string{key, value})
-			return nil
-		}
-	default:
-		return fmt.Errorf("trace-config: unknown trace mode %q", mode)
-	}
-	return fmt.Errorf("trace-config: unknown %s setting %q", mode, key)
-}
-
-func (c *TraceConfig) parseGlobal(key, value string) error {
-	switch key {
-	case "level":
-		switch strings.ToUpper(value) {
-		case "OFF":
-			c.Level = 0
-		case "TIMESTAMPS":
-			c.Level |= traceTimestamps
-		case "TENSORS":
-			c.Level |= traceTensors
-		default:
-			return fmt.Errorf("trace-config: unknown trace level %q", value)
-		}
-	case "rate":
-		n, err := strconv.ParseUint(value, 10, 32)
-		if err != nil {
-			return fmt.Errorf("trace-config: rate: %w", err)
-		}
-		c.Rate = uint32(n)
-	case "count":
-		n, err := strconv.ParseInt(value, 10, 32)
-		if err != nil || n < -1 {
-			return fmt.Errorf("trace-config: count: expecting an integer >= -1, got %q", value)
-		}
-		c.Count = int32(n)
-	case "mode":
-		if value != traceModeTriton && value != traceModeOTel {
-			return fmt.Errorf("trace-config: unknown trace mode %q", value)
-		}
-		c.Mode = value
-	default:
-		return fmt.Errorf("trace-config: unknown setting %q", key)
-	}
-	return nil
-}
 
 // traceScope is the settings of the server (global) or of one model, with
 // its sampling state. A model scope sets only some fields itself; the
@@ -148,8 +45,8 @@ const (
 	hasFreq
 )
 
-// tracer samples requests and keeps the settings.
-type tracer struct {
+// Tracer samples requests and keeps the settings.
+type Tracer struct {
 	on     atomic.Bool // some scope's level is not OFF
 	mu     sync.Mutex
 	global traceScope
@@ -161,10 +58,36 @@ type tracer struct {
 	otel   *otelTracer
 	log    hclog.Logger
 	opts   [][2]string // opentelemetry settings, reported by the endpoints
+	json   JSON
 }
 
-func newTracer(c TraceConfig, log hclog.Logger) (*tracer, error) {
-	t := &tracer{
+// JSON writes what a trace record shares with the front end's responses:
+// a string, and a tensor's data as a JSON array (flat, as Triton writes
+// it), so that the two read alike.
+type JSON interface {
+	String(dst []byte, s string) []byte
+	Data(dst []byte, name string, dt backendapi.DataType, data []byte, shape []int64) ([]byte, error)
+}
+
+// stdJSON is encoding/json's way, for a tracer given no JSON writer.
+type stdJSON struct{}
+
+func (stdJSON) String(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s)
+	return append(dst, b...)
+}
+
+func (stdJSON) Data(dst []byte, name string, dt backendapi.DataType, data []byte, shape []int64) ([]byte, error) {
+	return append(dst, "[]"...), nil
+}
+
+// New starts a tracer with the settings of c, writing records with js
+// (nil: encoding/json, and no tensor data).
+func New(c Config, log hclog.Logger, js JSON) (*Tracer, error) {
+	if js == nil {
+		js = stdJSON{}
+	}
+	t := &Tracer{json: js,
 		global: traceScope{level: c.Level, rate: c.Rate, count: c.Count, logFrequency: c.LogFrequency, has: [4]bool{true, true, true, true}},
 		models: map[string]*traceScope{}, file: c.File, mode: c.Mode, log: log, opts: c.OTel,
 		files: &traceFiles{open: map[string]*traceFile{}, log: log},
@@ -183,7 +106,7 @@ func newTracer(c TraceConfig, log hclog.Logger) (*tracer, error) {
 }
 
 // refresh recomputes the on flag; t.mu is held or t is not shared yet.
-func (t *tracer) refresh() {
+func (t *Tracer) refresh() {
 	on := t.global.level != 0
 	for _, m := range t.models {
 		on = on || m.has[hasLevel] && m.level != 0
@@ -192,7 +115,7 @@ func (t *tracer) refresh() {
 }
 
 // effective returns the scope that owns each setting for model.
-func (t *tracer) effective(model string) (level int, rate *traceScope, count *traceScope, freq uint32) {
+func (t *Tracer) effective(model string) (level int, rate *traceScope, count *traceScope, freq uint32) {
 	m := t.models[model]
 	pick := func(i int) *traceScope {
 		if m != nil && m.has[i] {
@@ -206,7 +129,7 @@ func (t *tracer) effective(model string) (level int, rate *traceScope, count *tr
 // start decides whether a request to model is traced and returns its
 // trace, or nil. parent is the W3C traceparent the client sent, if any: in
 // OpenTelemetry mode such a request is traced whatever the rate.
-func (t *tracer) start(model string, version int64, parent string) *reqTrace {
+func (t *Tracer) start(model string, version int64, parent string) *Request {
 	if t == nil || !t.on.Load() {
 		return nil
 	}
@@ -230,15 +153,15 @@ func (t *tracer) start(model string, version int64, parent string) *reqTrace {
 	if version == 0 {
 		version = -1 // Triton's "no version given"
 	}
-	rt := &reqTrace{t: t, id: t.nextID, level: level, freq: freq, last: last, file: t.file,
+	rt := &Request{t: t, id: t.nextID, level: level, freq: freq, last: last, file: t.file,
 		model: model, version: version, parent: parent}
 	t.mu.Unlock()
 	rt.begin()
 	return rt
 }
 
-// close writes what the trace files still hold and flushes spans.
-func (t *tracer) close() {
+// Close writes what the trace files still hold and flushes spans.
+func (t *Tracer) Close() {
 	if t == nil {
 		return
 	}
@@ -248,40 +171,40 @@ func (t *tracer) close() {
 	}
 }
 
-// traceUpdate is one settings update from an endpoint: for each setting,
+// Update is one settings update from an endpoint: for each setting,
 // absent, null (clear: follow the global setting) or a value.
-type traceUpdate struct {
-	hasLevel, hasRate, hasCount, hasFreq         bool
-	clearLevel, clearRate, clearCount, clearFreq bool
-	levelValues                                  []string
+type Update struct {
+	HasLevel, hasRate, hasCount, hasFreq         bool
+	ClearLevel, clearRate, clearCount, clearFreq bool
+	LevelValues                                  []string
 	rate, count, freq                            *string // the values given (nil when absent or null)
 }
 
-// traceScalar points at the fields of one single-valued setting of a
-// traceUpdate, so that the HTTP and gRPC front ends fill them the same way.
-type traceScalar struct {
-	key        string
-	has, clear *bool
-	val        **string
+// Scalar points at the fields of one single-valued setting of a
+// Update, so that the HTTP and gRPC front ends fill them the same way.
+type Scalar struct {
+	Key        string
+	Has, Clear *bool
+	Val        **string
 }
 
-// scalarSettings lists the single-valued settings (all but trace_level).
-func (u *traceUpdate) scalarSettings() []traceScalar {
-	return []traceScalar{
+// ScalarSettings lists the single-valued settings (all but trace_level).
+func (u *Update) ScalarSettings() []Scalar {
+	return []Scalar{
 		{"trace_rate", &u.hasRate, &u.clearRate, &u.rate},
 		{"trace_count", &u.hasCount, &u.clearCount, &u.count},
 		{"log_frequency", &u.hasFreq, &u.clearFreq, &u.freq},
 	}
 }
 
-// apply validates and applies an update to the global or a model's scope.
-func (t *tracer) apply(model string, u *traceUpdate) error {
+// Apply validates and applies an update to the global or a model's scope.
+func (t *Tracer) Apply(model string, u *Update) error {
 	var level int
-	if u.hasLevel && !u.clearLevel {
-		for _, v := range u.levelValues {
+	if u.HasLevel && !u.ClearLevel {
+		for _, v := range u.LevelValues {
 			switch v {
 			case "OFF":
-				if len(u.levelValues) != 1 {
+				if len(u.LevelValues) != 1 {
 					return invalidArg("Expect only one trace level 'OFF' is specified")
 				}
 			case "TIMESTAMPS":
@@ -322,7 +245,7 @@ func (t *tracer) apply(model string, u *traceUpdate) error {
 			f()
 		}
 	}
-	set(hasLevel, u.hasLevel, u.clearLevel, func() { sc.level = level })
+	set(hasLevel, u.HasLevel, u.ClearLevel, func() { sc.level = level })
 	set(hasRate, u.hasRate, u.clearRate, func() { sc.rate, sc.seen = uint32(rate), 0 })
 	set(hasCount, u.hasCount, u.clearCount, func() { sc.count = int32(count) })
 	set(hasFreq, u.hasFreq, u.clearFreq, func() { sc.logFrequency = uint32(freq) })
@@ -352,9 +275,9 @@ func parseTraceNumber(name string, v *string, lo, hi int64) (int64, error) {
 	return n, nil
 }
 
-// settings returns the settings of model (or the global ones) as the
+// Settings returns the settings of model (or the global ones) as the
 // endpoints report them: name to one or more values.
-func (t *tracer) settings(model string) [][2]any {
+func (t *Tracer) Settings(model string) [][2]any {
 	t.mu.Lock()
 	level, rs, cs, freq := t.effective(model)
 	rate, count := rs.rate, cs.count
@@ -407,11 +330,15 @@ func otelSettings(opts [][2]string) [][2]string {
 	return out
 }
 
-// traceModelCheck is Triton's check of the model named by a model trace
+// ModelCheck is Triton's check of the model named by a model trace
 // setting request: it must be ready.
-func traceModelCheck(err error, model string) error {
+func ModelCheck(err error, model string) error {
 	if err != nil {
 		return backendapi.Errorf(backendapi.InvalidArg, "Request for unknown model : %s", model)
 	}
 	return nil
+}
+
+func invalidArg(format string, args ...any) error {
+	return backendapi.Errorf(backendapi.InvalidArg, format, args...)
 }

@@ -1,4 +1,4 @@
-package server
+package trace
 
 import (
 	"os"
@@ -19,10 +19,10 @@ type traceStamp struct {
 	t    time.Time
 }
 
-// reqTrace is one sampled request. Its methods are nil-safe, so a front end
+// Request is one sampled request. Its methods are nil-safe, so a front end
 // calls them on every request and they cost nothing when it is not traced.
-type reqTrace struct {
-	t         *tracer
+type Request struct {
+	t         *Tracer
 	id        uint64
 	level     int
 	freq      uint32
@@ -39,25 +39,25 @@ type reqTrace struct {
 	otel      otelSpans
 }
 
-func (rt *reqTrace) begin() { rt.stamps = make([]traceStamp, 0, 12) }
+func (rt *Request) begin() { rt.stamps = make([]traceStamp, 0, 12) }
 
-// stamp records a front-end timestamp (HTTP_RECV_START, GRPC_SEND_END...).
-func (rt *reqTrace) stamp(name string) {
+// Stamp records a front-end timestamp (HTTP_RECV_START, GRPC_SEND_END...).
+func (rt *Request) Stamp(name string) {
 	if rt != nil {
 		rt.stamps = append(rt.stamps, traceStamp{name, time.Now()})
 	}
 }
 
-// submit attaches the trace to req just before the backend gets it: it
+// Submit attaches the trace to req just before the backend gets it: it
 // stamps REQUEST_START and, at TENSORS level, records the inputs.
-func (rt *reqTrace) submit(req *backendapi.InferRequest) {
+func (rt *Request) Submit(req *backendapi.InferRequest) {
 	if rt == nil {
 		return
 	}
 	rt.requestID = req.ID
 	req.Trace = &rt.bt
 	rt.bt.Child = rt.child
-	rt.stamp("REQUEST_START")
+	rt.Stamp("REQUEST_START")
 	if rt.t.otel != nil {
 		rt.t.otel.begin(rt, nil)
 	} else {
@@ -71,9 +71,9 @@ func (rt *reqTrace) submit(req *backendapi.InferRequest) {
 	}
 }
 
-// response stamps INFER_RESPONSE_COMPLETE and, at TENSORS level, records
+// Response stamps INFER_RESPONSE_COMPLETE and, at TENSORS level, records
 // the outputs of resp.
-func (rt *reqTrace) response(resp *backendapi.InferResponse) {
+func (rt *Request) Response(resp *backendapi.InferResponse) {
 	if rt == nil {
 		return
 	}
@@ -83,40 +83,40 @@ func (rt *reqTrace) response(resp *backendapi.InferResponse) {
 			rt.tensor("TENSOR_BACKEND_OUTPUT", o.Name, o.DataType, o.Shape, o.Data)
 		}
 	}
-	rt.stamp("INFER_RESPONSE_COMPLETE")
+	rt.Stamp("INFER_RESPONSE_COMPLETE")
 }
 
-func (rt *reqTrace) tensor(activity, name string, dt backendapi.DataType, shape []int64, data []byte) {
+func (rt *Request) tensor(activity, name string, dt backendapi.DataType, shape []int64, data []byte) {
 	b := rt.tensors
 	b = append(b, `,{"id":`...)
 	b = strconv.AppendUint(b, rt.id, 10)
 	b = append(b, `,"activity":"`...)
 	b = append(b, activity...)
 	b = append(b, `","tensor":{"name":`...)
-	b = appendJSONString(b, name)
+	b = rt.t.json.String(b, name)
 	var vals []byte
 	if data != nil {
-		if v, err := appendJSONData(nil, name, dt, data, elementCount(shape)); err == nil && len(v) >= 2 {
+		if v, err := rt.t.json.Data(nil, name, dt, data, shape); err == nil && len(v) >= 2 {
 			vals = v[1 : len(v)-1]
 		}
 	}
 	b = append(b, `,"data":`...)
-	b = appendJSONString(b, vals)
+	b = rt.t.json.String(b, string(vals))
 	dims := make([]string, len(shape))
 	for i, d := range shape {
 		dims[i] = strconv.FormatInt(d, 10)
 	}
 	b = append(b, `,"shape":`...)
-	b = appendJSONString(b, strings.Join(dims, ","))
+	b = rt.t.json.String(b, strings.Join(dims, ","))
 	b = append(b, `,"dtype":"`...)
 	b = append(b, dt.String()...)
 	rt.tensors = append(b, `"}}`...)
 }
 
-// end completes the trace once the request is over: the backend's
+// End completes the trace once the request is over: the backend's
 // timestamps join the front end's, and the whole goes to the trace file or
 // to the OpenTelemetry exporter.
-func (rt *reqTrace) end() {
+func (rt *Request) End() {
 	if rt == nil {
 		return
 	}
@@ -144,16 +144,16 @@ func (rt *reqTrace) end() {
 
 // records is the trace as Triton writes it: a header naming the model,
 // one object per timestamp, one per tensor, comma-separated.
-func (rt *reqTrace) records() []byte {
+func (rt *Request) records() []byte {
 	id := strconv.AppendUint(nil, rt.id, 10)
 	b := append([]byte(`{"id":`), id...)
 	b = append(b, `,"model_name":`...)
-	b = appendJSONString(b, rt.model)
+	b = rt.t.json.String(b, rt.model)
 	b = append(b, `,"model_version":`...)
 	b = strconv.AppendInt(b, rt.version, 10)
 	if rt.requestID != "" {
 		b = append(b, `,"request_id":`...)
-		b = appendJSONString(b, rt.requestID)
+		b = rt.t.json.String(b, rt.requestID)
 	}
 	if rt.parentID != 0 {
 		b = append(b, `,"parent_id":`...)
@@ -175,19 +175,19 @@ func (rt *reqTrace) records() []byte {
 // child starts the trace of a request the model serving rt makes with its
 // trace context (BLS): a trace of its own, with rt as its parent, in the
 // same file or under rt's compute span.
-func (rt *reqTrace) child(model string, version int64, computeStart time.Time) *backendapi.Trace {
+func (rt *Request) child(model string, version int64, computeStart time.Time) *backendapi.Trace {
 	t := rt.t
 	t.mu.Lock()
 	t.nextID++
-	c := &reqTrace{t: t, id: t.nextID, level: rt.level, freq: rt.freq, file: rt.file, model: model, version: version, parentID: rt.id}
+	c := &Request{t: t, id: t.nextID, level: rt.level, freq: rt.freq, file: rt.file, model: model, version: version, parentID: rt.id}
 	t.mu.Unlock()
 	if c.version == 0 {
 		c.version = -1
 	}
 	c.begin()
-	c.stamp("REQUEST_START")
+	c.Stamp("REQUEST_START")
 	c.bt.Child = c.child
-	c.bt.End = c.end
+	c.bt.End = c.End
 	if t.otel != nil {
 		parent := rt.otel.modelCtx
 		if !computeStart.IsZero() {

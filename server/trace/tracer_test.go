@@ -1,4 +1,4 @@
-package server
+package trace
 
 import (
 	"encoding/json"
@@ -13,24 +13,24 @@ func TestTraceConfigParse(t *testing.T) {
 	cases := []struct {
 		name  string
 		specs []string
-		want  TraceConfig
+		want  Config
 		err   bool
 	}{
-		{"defaults", nil, TraceConfig{Rate: 1000, Count: -1, Mode: "triton"}, false},
+		{"defaults", nil, Config{Rate: 1000, Count: -1, Mode: "triton"}, false},
 		{"triton", []string{"triton,file=/tmp/t.json", "triton,log-frequency=50", "rate=100", "level=TIMESTAMPS", "level=TENSORS", "count=100"},
-			TraceConfig{Level: traceTimestamps | traceTensors, Rate: 100, Count: 100, LogFrequency: 50, File: "/tmp/t.json", Mode: "triton"}, false},
-		{"level off clears", []string{"level=TIMESTAMPS", "level=OFF"}, TraceConfig{Rate: 1000, Count: -1, Mode: "triton"}, false},
+			Config{Level: traceTimestamps | traceTensors, Rate: 100, Count: 100, LogFrequency: 50, File: "/tmp/t.json", Mode: "triton"}, false},
+		{"level off clears", []string{"level=TIMESTAMPS", "level=OFF"}, Config{Rate: 1000, Count: -1, Mode: "triton"}, false},
 		{"opentelemetry", []string{"mode=opentelemetry", "opentelemetry,url=localhost:4318/v1/traces", "opentelemetry,resource=a=b"},
-			TraceConfig{Rate: 1000, Count: -1, Mode: "opentelemetry", OTel: [][2]string{{"url", "localhost:4318/v1/traces"}, {"resource", "a=b"}}}, false},
-		{"bad level", []string{"level=LOUD"}, TraceConfig{}, true},
-		{"bad count", []string{"count=-2"}, TraceConfig{}, true},
-		{"bad mode", []string{"mode=zipkin"}, TraceConfig{}, true},
-		{"unknown triton setting", []string{"triton,url=x"}, TraceConfig{}, true},
-		{"no value", []string{"rate"}, TraceConfig{}, true},
+			Config{Rate: 1000, Count: -1, Mode: "opentelemetry", OTel: [][2]string{{"url", "localhost:4318/v1/traces"}, {"resource", "a=b"}}}, false},
+		{"bad level", []string{"level=LOUD"}, Config{}, true},
+		{"bad count", []string{"count=-2"}, Config{}, true},
+		{"bad mode", []string{"mode=zipkin"}, Config{}, true},
+		{"unknown triton setting", []string{"triton,url=x"}, Config{}, true},
+		{"no value", []string{"rate"}, Config{}, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := DefaultTraceConfig()
+			got := DefaultConfig()
 			var err error
 			for _, s := range c.specs {
 				if err = got.Parse(s); err != nil {
@@ -54,7 +54,7 @@ func TestTraceConfigParse(t *testing.T) {
 func TestTraceSampling(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "t.json")
-	tr, err := newTracer(TraceConfig{Level: traceTimestamps, Rate: 2, Count: 3, LogFrequency: 2, File: file, Mode: "triton"}, hclog.NewNullLogger())
+	tr, err := New(Config{Level: traceTimestamps, Rate: 2, Count: 3, LogFrequency: 2, File: file, Mode: "triton"}, hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +62,13 @@ func TestTraceSampling(t *testing.T) {
 	for range 10 {
 		if rt := tr.start("m", 1, ""); rt != nil {
 			traced++
-			rt.end()
+			rt.End()
 		}
 	}
 	if traced != 3 {
 		t.Fatalf("%d traced, want 3 (every 2nd of 10, at most count)", traced)
 	}
-	tr.close()
+	tr.Close()
 	for name, n := range map[string]int{"t.json.0": 2, "t.json.1": 1} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
@@ -88,10 +88,10 @@ func TestTraceSampling(t *testing.T) {
 			t.Errorf("%s holds %d traces, want %d", name, headers, n)
 		}
 	}
-	if got := tr.settings(""); got[2][1] != "0" {
+	if got := tr.Settings(""); got[2][1] != "0" {
 		t.Errorf("trace_count after 3 traces: %v", got[2])
 	}
-	off, _ := newTracer(DefaultTraceConfig(), hclog.NewNullLogger())
+	off, _ := New(DefaultConfig(), hclog.NewNullLogger(), nil)
 	if off.start("m", 1, "") != nil {
 		t.Fatal("level OFF traced a request")
 	}
