@@ -1,110 +1,97 @@
 // Package supervisor is the core of stubvisor: it loads models from the
 // repositories, runs one stub process per model instance (Python or Go),
-// feeds them requests through their shared-memory rings, watches their
-// health, replaces the ones that die or hang, and reports it all. It
-// implements backendapi.Backend for the front ends.
+// feeds them requests through their schedulers, watches their health,
+// replaces the ones that die or hang, and reports it all. It implements
+// backendapi.Backend for the front ends.
+//
+// Its rooms are packages of their own, each reached through a small
+// interface (docs/architecture.md draws them and lists the allowed
+// imports): sched (the schedulers; a model version is their
+// sched.Dispatch), ensemble (the ensemble, one more sched.Scheduler),
+// stubproc (one stub process; an instance is its stubproc.Host) and
+// clientshm (the client shared-memory registry).
 //
 // # Files, one job each
 //
-// The backend and its models:
-//
+//	doc.go          this description
 //	supervisor.go   Supervisor, Options, New/Close, lookups, Infer, Stubs
 //	repository.go   loading, unloading, polling the repositories, the index
+//	loadlock.go     the lock of each model name (loads of different models run at once)
 //	runtime.go      Python interpreters (EXECUTION_ENV_PATH), building Go models
-//	model.go        modelVersion: one loaded version, its instances, submit/finish
+//	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups
+//	model.go        modelVersion: one loaded version, its instances, submit/Finish; sched.Dispatch
 //	validate.go     a request checked against the model's inputs and outputs
-//	stats.go        per-model statistics; metrics.go: custom metrics from stubs
-//
-// From request to stub (docs/architecture.md draws the path):
-//
-//	scheduler.go    the scheduler interface, newScheduler, the default scheduler
-//	batcher.go      the dynamic batcher; sequence.go: the sequence batcher
-//	seqcontrol.go   a sequence's key and the control inputs it adds (START, END, READY, CORRID)
-//	pending.go      pending: one request until its final response; batch
-//	instance.go     instance: a slot that always wants a live stub (restarts)
-//	process.go      stubproc.Proc: one stub process's life (spawn, reap, kill, watch, stop)
-//	exchange.go     the request table: execute, executeDone, deliver, releases, control calls
-//	reader.go       the ring reader: read, readFor, drain, handle
-//	response.go     a stub's response turned into the front end's
-//	classify.go     the classification extension (labels, top-k)
+//	instance.go     instance: a slot that always wants a live stub (restarts); stubproc.Host
+//	ensemble.go     an ensemble version built (package ensemble), and what it reaches
 //	bls.go          requests a model makes from inside execute (BLS)
-//	ensemble.go     an ensemble's steps, built and checked at load
-//	ensemble_run.go one request through an ensemble: steps, tensor table, refcounts
-//	clientshm.go    client shared memory: the registry and its endpoints
-//	stubshm.go      client regions as one stub sees them (lifeline, MapRegion)
-//	logs.go         stub stdout/stderr and Log messages into the logger
-//	launch_*.go, sched_*.go, clientshm_*.go: what differs per OS
+//	modelctl.go     the model loading API of pb_utils (load_model, unload_model, is_model_ready)
+//	readiness.go    a model's own is_ready(), one check at a time per instance
+//	stats.go        per-model statistics (failure reasons: sched's sentinels are REJECTED)
+//	metrics.go      custom metrics collected from every live stub and merged
+//	shm.go          the client shared-memory endpoints (package clientshm)
 //
 // # Goroutines and who owns them
 //
-// No goroutine belongs to the ring. The caller of Infer (a front end's
-// goroutine) queues its request, usually sends its own Execute (a free
-// pipeline slot, scheduler.go) and then reads the stub's ring itself until
-// its answer arrives, handling every message it finds for anyone
-// (stubproc.Proc.read; one reader at a time, by the stubproc.Proc.lead token). When
-// the answer frees a slot, that reader also sends the next queued batch
-// (stubproc.Proc.next). The goroutines the package starts, by owner:
+// No goroutine of this package reads a ring: the caller of Infer (a
+// front end's goroutine) queues its request through the model's
+// scheduler and waits for it (stubproc.Request.Wait), reading the stub's
+// ring itself (stubproc's doc). The goroutines started here, by owner:
 //
 //   - Supervisor: poll (Options.ModelControl = poll; Close waits for it),
-//     the launcher's thread (launch_linux.go; lives as long as the process),
-//     startup loads (joined in New) and Close's per-model stops (joined).
-//   - modelVersion: per-instance starts and stops (joined); the dynamic
-//     batcher's run, or the sequence batcher's reap, one await per batch in
-//     flight and the lane timers (all ended and awaited by scheduler.stop).
+//     startup loads (repository.go, joined in loadStartupModels) and
+//     Close's per-model stops (joined).
+//   - modelVersion: per-instance starts (joined in start), the drain
+//     watcher of stop (ends when the last request does; stop waits for it
+//     or the deadline) and per-instance stops (joined).
 //   - instance: supervise, from the first stub's start until instance.stop;
-//     it starts one dispatch per stub incarnation.
-//   - stubproc.Proc (one incarnation): reap (from spawn until the process is
-//     reaped and its requests failed), two forwardLines (stdout, stderr;
-//     reap waits for them), watch (the watchdog, until the process exits),
-//     dispatch (feeds queued batches into free slots, until it exits).
-//   - pending: readFor, started when a caller gives up while the stub still
-//     owes it a reply, reads in its place until the request ends or the
-//     stub dies.
-//   - reader: one bls goroutine per InferExec message (and a watcher that
-//     cancels it when the calling stub exits), ended when its request ends.
-//   - ensRun: one goroutine per step that runs beside another (a lone step
-//     runs on the caller's goroutine), ended when its request ends; the
-//     run waits for all of them before it answers.
+//     it starts one stubproc.Proc.Dispatch per stub incarnation (ends with
+//     the process); the initialize watcher of launch (kills the stub when
+//     the instance stops during initialize; ends when initialize does).
+//   - userReadiness: run, one IsReady call at a time per instance (ends
+//     when the stub answers or dies; callers stop waiting after
+//     readyCheckTimeout).
+//   - bls: one per InferExec message (started by the stub's reader through
+//     Host.BLS) and its watcher that cancels it when the calling stub
+//     exits; both end when the request ends.
+//   - modelControl: one per ModelControl message (Host.Control); ends when
+//     the load, unload or check does.
 //   - CustomMetrics: one call per live stub, joined within the scrape.
+//
+// The schedulers (sched, ensemble) and the stub processes (stubproc)
+// list their own goroutines.
 //
 // # Lock order
 //
-// A goroutine holding a lock may take only locks below it in this list;
-// most are leaves, held for a few field updates and never across a send on
-// a ring, a wait on a channel, or a call into a response's callback.
+// A goroutine holding a lock may take only locks below it in this list
+// (and those of the rooms, after this package's: sched's, then
+// stubproc's, then clientshm's); most are leaves, held for a few field
+// updates and never across a send on a ring, a wait on a channel, or a
+// call into a response's callback.
 //
-//  1. The lock of one model name (loadlock.go): serialises that model's
-//     load and unload; loads of different models run at once, so a
-//     model's initialize may load another (pb_utils.load_model). An
-//     ensemble's load takes the locks of the composing models it loads
-//     (a cycle is refused before it would lock twice).
+//  1. The lock of one model name (loadlock.go: nameLock, handed out under
+//     loadLocks.mu, a leaf): serialises that model's load and unload;
+//     loads of different models run at once, so a model's initialize may
+//     load another (pb_utils.load_model). An ensemble's load takes the
+//     locks of the composing models it loads (a cycle is refused before
+//     it would lock twice).
 //  2. prepMu (runtime.go): preparing interpreters and Go binaries; taken
 //     under a model's load lock, never with Supervisor.mu.
 //  3. Supervisor.mu (RW): the model table.
-//  4. sequenceBatcher.mu; dynamicBatcher.mu: their queues.
+//  4. The schedulers' locks (sched: sequenceBatcher.mu, dynamicBatcher.mu).
 //  5. instance.mu: the instance's stub, state and counters.
-//  6. stubproc.Proc.relMu: output blocks waiting to be handed back.
-//  7. pending.reqMu: the core's use of a request its caller may leave
-//     (prepare, building a response; pending.hold); held across copying
-//     inputs and, on error paths, a Release sent to the stub.
-//  8. stubproc.Proc.sendMu: taking a batch id and sending the batch, one step
-//     (so ids follow the ring's order); held across the Send.
-//  9. stubproc.Proc.mu: the request table (batches, requests, calls, refs).
-//  10. pending.mu: one request's end (respond runs the stream callback and
-//     onEnd after unlocking).
-//  11. stubShm.mu: one stub's mapped client regions, then
-//  12. clientShm.mu: the client region registry.
-//  13. Leaves, never held while taking another: modelVersion.mu (RW; the
-//     closing flag), stats.mu, the merger's mutex in CustomMetrics, and
-//     the two mutexes of package cuda (its driver and each opened handle),
-//     ensRun.mu (its event queue).
+//  6. The stub processes' locks (stubproc), then clientshm.Registry.mu.
+//  7. Leaves, never held while taking another: loadLocks.mu,
+//     modelVersion.mu (RW; the closing flag), stats.mu, blsCalls.mu (the
+//     BLS requests in flight), userReadiness.mu (one instance's readiness
+//     check), the merger's mutex in CustomMetrics, and the two mutexes of
+//     package cuda (its driver and each opened handle).
 //
-// Observed nestings: a model's load lock > Supervisor.mu (load); Supervisor.mu >
-// instance.mu, stubproc.Proc.mu (Ready, RepositoryIndex and Stubs read instance
-// states under it); sequenceBatcher.mu > instance.mu (pump, reap);
-// dynamicBatcher.mu > pending.mu (form calls gone); relMu > stubproc.Proc.mu
-// (releaseLater calls busy); stubShm.mu > clientShm.mu (ensureMapped).
-// Finishing a request (modelVersion.finish) takes pending.mu, then, after
-// releasing it, clientShm.mu (onEnd) and stats.mu, so it is never called
-// with a batcher's or a stub's lock held.
+// Observed nestings: a model's load lock > Supervisor.mu (load);
+// Supervisor.mu > instance.mu, stubproc.Proc.mu (Ready, RepositoryIndex
+// and Stubs read instance states under it); sequenceBatcher.mu >
+// instance.mu (pump, reap); dynamicBatcher.mu > stubproc.Request.mu (form
+// calls Gone). Finishing a request (modelVersion.Finish) takes
+// stubproc.Request.mu, then, after releasing it, clientshm.Registry.mu
+// (onEnd) and stats.mu, so it is never called with a scheduler's or a
+// stub's lock held.
 package supervisor
