@@ -1,9 +1,10 @@
-# stubvisor: `make run` serves testdata/models on :8000, `make test` runs every test.
+# stubvisor: `make run` serves testdata/models on :8000, `make check` is the
+# fast lane (short mode), `make test` runs every test.
 PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
+.PHONY: all build run check test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
 
 all: build
 
@@ -40,9 +41,15 @@ run: deps build
 vet:
 	$(GO) vet ./...
 
+# check is the inner loop: vet and every package's tests in short mode,
+# where the slowest end-to-end cases skip themselves (under two minutes on
+# two cores). test is the full gate.
+check: deps vet
+	$(GO) test -short -count=1 -timeout 10m ./...
+
 test: deps vet test-python test-go test-race
 
-test-go: build
+test-go:
 	$(GO) test -count=1 -timeout 20m ./...
 
 # The concurrent core and the front ends once more under the race

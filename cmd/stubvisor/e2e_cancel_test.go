@@ -37,6 +37,7 @@ func waitLog(t *testing.T, s *server, text string) {
 }
 
 func TestCancellation(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	// The repository is used in place: Go models build from their sources
 	// inside this module.

@@ -55,6 +55,7 @@ func fakeMappings(pid int) int {
 }
 
 func TestCUDASharedMemory(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	for _, drv := range cudatest.Drivers(t) {
 		t.Run(drv.Name, func(t *testing.T) { testCUDASharedMemory(t, drv) })

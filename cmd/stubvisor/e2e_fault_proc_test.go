@@ -107,6 +107,7 @@ class TritonPythonModel:
 // With two instances and one of them busy for long, short requests must go
 // to the other one: no request waits behind the slow execute.
 func TestFaultNoRequestWaitsBehindSlowInstance(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	// Most of this test is the 10 s execute; it shares nothing with other
 	// tests, so the readiness test's 6 s check runs beside it.
@@ -175,6 +176,7 @@ func TestFaultQueuedRequestOnKilledStubDidNotRun(t *testing.T) {
 // server exits within the timeout plus a second, the request is answered,
 // and no stub is left (startServer's cleanup checks that).
 func TestFaultShutdownBoundedByExitTimeout(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	writeFP32Model(t, repo, "long_exec", "", faultSleepModel)

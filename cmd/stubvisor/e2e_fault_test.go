@@ -103,6 +103,7 @@ func ignoredSignals(t *testing.T, pid int) uint64 {
 // stalls for --request-body-timeout, over HTTP and over gRPC (where the
 // bound is the timeout plus the largest message at 8 MiB/s: 1.5 s here).
 func TestFaultStalledRequestBody(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--request-body-timeout", "1s", "--grpc-max-message-size", "4194304")
 	const bound = 3 * time.Second // the 1 s timeout plus slack for a busy machine
@@ -202,6 +203,7 @@ func sleepBinaryBody(t *testing.T, n int, secs float64) ([]byte, int) {
 // request data, HTTP and gRPC together: past it a request is refused with
 // 503 or RESOURCE_EXHAUSTED, and served again once the others are done.
 func TestFaultInflightRequestBudget(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo := t.TempDir()
 	writeFP32Model(t, repo, "sleepy", "", faultSleepModel)

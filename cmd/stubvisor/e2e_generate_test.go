@@ -164,6 +164,7 @@ func tokens(t *testing.T, evs []map[string]any) []string {
 }
 
 func TestGenerate(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "token_gen"))
 

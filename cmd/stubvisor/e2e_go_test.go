@@ -52,6 +52,7 @@ func goInfer(t *testing.T, s *server, model string, shape []int64, vals ...int32
 }
 
 func TestGoModels(t *testing.T) {
+	slow(t)
 	repo := modelsRepo(t)
 	// The Go models are built from their sources inside this module; the
 	// repository is used in place and only the Go models are loaded.

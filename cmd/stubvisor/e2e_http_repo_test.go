@@ -18,6 +18,7 @@ import (
 // TestHTTPRepositoryExplicit loads and unloads models over HTTP in
 // explicit mode, with config overrides and file: parameters.
 func TestHTTPRepositoryExplicit(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo := copyRepo(t, "add_sub", "identity_fp32")
 	s := startServer(t, repo, "--model-control-mode", "explicit", "--load-model", "add_sub")

@@ -118,6 +118,7 @@ func TestModelLoadingAPI(t *testing.T) {
 // readiness over HTTP and gRPC, as in Triton: False, an exception or no
 // answer within 5 s make it not ready, while inference goes on.
 func TestUserReadiness(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	// Most of this test is the 6 s readiness check below; it shares
 	// nothing with other tests, so the slow-instance test sleeps beside it.

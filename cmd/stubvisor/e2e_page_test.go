@@ -101,6 +101,7 @@ func pageElement(t *testing.T, dom, tag, id string) (map[string]string, string) 
 // TestStatusPage loads / in Chromium, checks what it shows, kills the
 // stub and checks that the page shows it came back.
 func TestStatusPage(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	chromium := chromiumPath(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--stub-restart-backoff", "50ms")
