@@ -101,7 +101,7 @@ type Supervisor struct {
 	pyDir  string
 	pyErr  error
 
-	// shm is the registry of client shared-memory regions (clientshm.go).
+	// shm is the registry of client shared-memory regions (package clientshm).
 	shm clientshm.Registry
 	// bls is the registry of BLS requests in flight (bls.go).
 	blsReg blsCalls

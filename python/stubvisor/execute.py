@@ -1,6 +1,6 @@
 """Execute, the hot path: an Execute message becomes pb_utils requests,
 the model runs, and what it returns (or leaves to a response sender) is
-collected. The Python side of supervisor/exchange.go."""
+collected. The Python side of supervisor/stubproc/exchange.go."""
 
 import asyncio
 import functools

@@ -1,6 +1,6 @@
 """The commands around execute (AutoComplete, Initialize, IsReady,
 Finalize) and the small runtime calls pb_utils makes (logging,
-is_cancelled). The Python side of supervisor/process.go's life cycle."""
+is_cancelled). The Python side of supervisor/stubproc/proc.go's life cycle."""
 
 import asyncio
 import json

@@ -1,6 +1,6 @@
 """Responses and memory: how the stub writes outputs (into arena 1, inline
 in the message, or into a client's region), answers through a response
-sender, and hands blocks back. The Python side of supervisor/response.go."""
+sender, and hands blocks back. The Python side of supervisor/stubproc/response.go."""
 
 from .common import (
     _ARENA0,

@@ -332,7 +332,7 @@ func (p *Proc) freeOwn(offs []uint64) {
 }
 
 // freeInputs frees a request's input blocks unless its response holds
-// them (pending.inputsHeld).
+// them (Request.inputsHeld).
 func (p *Proc) freeInputs(pr *Request) {
 	p.mu.Lock()
 	held := pr.inputsHeld

@@ -52,7 +52,7 @@ type Request struct {
 	inputsHeld bool
 	execDone   bool // the batch's ExecuteDone arrived
 	final      bool // the final response arrived
-	// onEnd runs once when the request ends (clientshm.go: releases the
+	// onEnd runs once when the request ends (prepare: releases the
 	// client regions it used).
 	onEnd func()
 	// reqMu is held while the supervisor reads req after the request was
