@@ -8,6 +8,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/supervisor/ensemble"
+	"github.com/stubvisor/stubvisor/supervisor/sched"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -34,6 +35,9 @@ func (s *Supervisor) newEnsembleVersion(cfg *inferencepb.ModelConfig, dir string
 	mv.scheduler, mv.steps, mv.composing = e, e.Steps(), e.Models()
 	return mv, nil
 }
+
+// The ensemble is one more scheduler.
+var _ sched.Scheduler = (*ensemble.Ensemble)(nil)
 
 // ensembleModels is how an ensemble reaches its steps' models: by name,
 // as every caller does.
