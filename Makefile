@@ -42,8 +42,8 @@ vet:
 	$(GO) vet ./...
 
 # check is the inner loop: vet and every package's tests in short mode,
-# where the slowest end-to-end cases skip themselves (under two minutes on
-# two cores). test is the full gate.
+# where the slowest end-to-end cases skip themselves (about 100 s on two
+# cores once the build cache is warm). test is the full gate.
 check: deps vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
