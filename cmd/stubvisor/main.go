@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	frontend "github.com/stubvisor/stubvisor/server"
+	"github.com/stubvisor/stubvisor/server/openai"
 	"github.com/stubvisor/stubvisor/supervisor"
 )
 
@@ -63,6 +64,9 @@ type config struct {
 	grpcForward     string
 	triton          tritonFlags
 	trace           frontend.TraceConfig
+	openaiPort      int
+	openai          openai.Options
+	chatTemplate    string
 	sup             supervisor.Options
 }
 
@@ -121,6 +125,11 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
 	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
+	fs.IntVar(&c.openaiPort, "openai-port", -1, "OpenAI-compatible API port (0: pick a free one, -1: off)")
+	fs.StringVar(&c.openai.LoraSeparator, "lora-separator", "", "OpenAI API: a model may be named <model><separator><LoRA adapter>")
+	fs.StringVar(&c.openai.ToolCallParser, "tool-call-parser", "", "OpenAI API: parse tool calls in chat output: llama3 or mistral")
+	fs.StringVar(&c.chatTemplate, "chat-template", "", "OpenAI API: a Jinja chat template file used for every model instead of its own")
+	fs.IntVar(&c.openai.DefaultMaxTokens, "default-max-tokens", openai.DefaultMaxTokens, "OpenAI API: max_tokens of a request that sets none")
 	c.triton.register(fs, c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -139,6 +148,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	if err := c.triton.apply(c, explicit); err != nil {
 		return nil, err
+	}
+	if c.chatTemplate != "" {
+		b, err := os.ReadFile(c.chatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("--chat-template: %w", err)
+		}
+		c.openai.ChatTemplate = string(b)
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
@@ -243,10 +259,18 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
+	c.openai.Logger, c.openai.Repositories, c.openai.Metrics = log, c.repos, srv.MetricsHandler()
+	c.openai.MaxInputSize, c.openai.BodyTimeout = c.maxInputSize, c.bodyTimeout
+	oaiSrv, err := openai.New(sup, c.openai)
+	if err != nil {
+		sup.Close(time.Duration(c.exitTimeout) * time.Second)
+		return err
+	}
 	services := []service{
 		{"HTTP", c.httpPort, srv.Serve},
 		{"gRPC", c.grpcPort, grpcSrv.Serve},
 		{"metrics", c.metricsPort, srv.ServeMetrics},
+		{"OpenAI", c.openaiPort, oaiSrv.Serve},
 	}
 	errc := make(chan error, len(services))
 	var wg sync.WaitGroup
@@ -257,6 +281,7 @@ func run(c *config) error {
 		l, err := net.Listen("tcp", net.JoinHostPort(c.address, strconv.Itoa(svc.port)))
 		if err != nil {
 			_ = srv.Shutdown(context.Background())
+			_ = oaiSrv.Shutdown(context.Background())
 			grpcSrv.Stop()
 			sup.Close(time.Duration(c.exitTimeout) * time.Second)
 			return fmt.Errorf("listen %s: %w", svc.name, err)
@@ -286,8 +311,14 @@ func run(c *config) error {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(replyGrace))
 	defer cancel()
 	var fronts sync.WaitGroup
-	fronts.Add(2)
+	fronts.Add(3)
 	go func() { defer fronts.Done(); grpcSrv.GracefulStop(ctx) }()
+	go func() {
+		defer fronts.Done()
+		if err := oaiSrv.Shutdown(ctx); err != nil {
+			log.Warn("OpenAI shutdown", "error", err)
+		}
+	}()
 	go func() {
 		defer fronts.Done()
 		if err := srv.Shutdown(ctx); err != nil {
