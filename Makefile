@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
+.PHONY: all build run test test-go test-race test-python vet deps deps-node deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
 
 all: build
 
@@ -17,6 +17,18 @@ deps:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+# deps-node installs node and npm when they are missing (Debian packages)
+# and OpenAI's Node client for the OpenAI API's end-to-end test, from its
+# lock file (npm ci).
+OPENAI_NODE_TEST := cmd/stubvisor/testdata/openai
+deps-node:
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+		echo "installing: nodejs npm"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; \
+	fi
+	cd $(OPENAI_NODE_TEST) && npm ci --no-audit --no-fund --loglevel=error
 
 # deps-bench installs the FastAPI yardstick of bench-http (Debian packages).
 deps-bench: deps
@@ -40,7 +52,7 @@ run: deps build
 vet:
 	$(GO) vet ./...
 
-test: deps vet test-python test-go test-race
+test: deps deps-node vet test-python test-go test-race
 
 test-go: build
 	$(GO) test -count=1 -timeout 20m ./...

@@ -10,9 +10,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -345,4 +347,45 @@ func TestOpenAIDisconnectCancels(t *testing.T) {
 		}
 	}
 	t.Fatal("tiny_lm did not serve after the cancelled request")
+}
+
+// TestOpenAINodeClient drives the API with OpenAI's official Node client
+// (npm package openai, pinned by testdata/openai/package-lock.json): the
+// script covers models, completions, chat (stream and not), usage, stop,
+// n > 1, an error mid-stream, an unknown model, bad parameters,
+// embeddings, and a client that disconnects, whose cancellation the model
+// logs.
+func TestOpenAINodeClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the OpenAI Node client test needs node and npm (make deps installs them)")
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "openai"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci: %v\n%s", err, out)
+		}
+	}
+	s := startOpenAI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "openai.test.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+s.OpenAI+"/v1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "node client: disconnected mid-stream") {
+		t.Fatalf("the disconnect test did not run:\n%s", out)
+	}
+	t.Logf("node --test:\n%s", out)
+	waitLog(t, s, "cancelled after")
 }
