@@ -1,4 +1,5 @@
-# stubvisor: `make run` serves testdata/models on :8000, `make test` runs every test.
+# stubvisor: `make run` serves testdata/models on :8000 (the OpenAI API on :9000),
+# `make test` runs every test.
 PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
@@ -43,11 +44,11 @@ build:
 
 # The example repository also holds models that fail on purpose (for the
 # tests); run loads the ones that serve.
-RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat token_gen
+RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat token_gen tiny_lm tiny_embed
 
 run: deps build
 	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON) \
-		--model-control-mode explicit $(addprefix --load-model ,$(RUN_MODELS))
+		--model-control-mode explicit $(addprefix --load-model ,$(RUN_MODELS)) --openai-port 9000
 
 vet:
 	$(GO) vet ./...
