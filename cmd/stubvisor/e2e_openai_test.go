@@ -232,6 +232,30 @@ func TestOpenAIChat(t *testing.T) {
 		if !st.done || atStr(last, "choices", 0, "finish_reason") != "tool_calls" || atStr(last, "choices", 0, "delta", "tool_calls", 0, "function", "arguments") != `{"city":"Paris"}` {
 			t.Errorf("streamed tool call: %v", st.events)
 		}
+		// A named tool_choice makes the whole output the function's
+		// arguments; streamed, the first chunk names the function.
+		named := map[string]any{"model": "token_gen", "messages": []map[string]any{{"role": "user", "content": `{"city": "Oslo"}`}}, "tools": tools,
+			"tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}, "max_tokens": 2}
+		_, c := s.oaiDo("POST", "/v1/chat/completions", named)
+		if tc := at(c, "choices", 0, "message", "tool_calls", 0); atStr(tc, "function", "name") != "get_weather" || atStr(tc, "function", "arguments") != `{"city": "Oslo"} ` {
+			t.Errorf("named tool choice: %v", c)
+		}
+		named["stream"] = true
+		st = s.oaiStreamPost("/v1/chat/completions", named)
+		var args string
+		for i, ev := range st.events[1:] {
+			tc := at(ev, "choices", 0, "delta", "tool_calls", 0)
+			if tc == nil {
+				continue
+			}
+			args += atStr(tc, "function", "arguments")
+			if (i == 0) != (atStr(tc, "function", "name") == "get_weather" && atStr(tc, "id") != "") {
+				t.Errorf("chunk %d: %v", i, tc)
+			}
+		}
+		if args != `{"city": "Oslo"} ` {
+			t.Errorf("streamed arguments %q: %v", args, st.events)
+		}
 	})
 }
 

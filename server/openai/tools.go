@@ -24,13 +24,13 @@ import (
 // toolCall is one call in a response message.
 type toolCall struct {
 	Index    *int         `json:"index,omitempty"` // streaming deltas only
-	ID       string       `json:"id"`
-	Type     string       `json:"type"`
+	ID       string       `json:"id,omitempty"`    // streaming: first chunk only
+	Type     string       `json:"type,omitempty"`  // streaming: first chunk only
 	Function toolFunction `json:"function"`
 }
 
 type toolFunction struct {
-	Name      string `json:"name"`
+	Name      string `json:"name,omitempty"` // streaming: first chunk only
 	Arguments string `json:"arguments"`
 }
 
