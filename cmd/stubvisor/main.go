@@ -259,7 +259,7 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
-	c.openai.Logger, c.openai.Repositories, c.openai.Metrics = log, c.repos, srv.MetricsHandler()
+	c.openai.Logger, c.openai.Repositories, c.openai.Metrics, c.openai.Trace = log, c.repos, srv.MetricsHandler(), srv.TraceHTTP
 	c.openai.MaxInputSize, c.openai.BodyTimeout = c.maxInputSize, c.bodyTimeout
 	oaiSrv, err := openai.New(sup, c.openai)
 	if err != nil {

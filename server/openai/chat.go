@@ -82,7 +82,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		base.logprobs = max(plan.topLogp, 1)
 	}
 	plan.maxTokens = base.maxTokens
-	gen, err := s.startGeneration(r.Context(), info, choiceSpecs(base, req.choices()))
+	gen, err := s.startGeneration(r, info, choiceSpecs(base, req.choices()))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -62,7 +62,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	base := s.baseSpec(&req.sampling, info, lora, req.MaxTokens)
 	base.prompt, base.echo, base.logprobs = prompt, req.Echo, logprobs
-	gen, err := s.startGeneration(r.Context(), info, choiceSpecs(base, req.choices()))
+	gen, err := s.startGeneration(r, info, choiceSpecs(base, req.choices()))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -122,6 +122,9 @@ func (s *Server) embed(r *http.Request, info *modelInfo, text string, dims *int)
 	if b.err != nil {
 		return nil, 0, b.err
 	}
+	submit, end := s.trace(r, info.name)
+	defer end()
+	submit(req)
 	var vec []float64
 	var tokens int64
 	var got bool

@@ -60,7 +60,7 @@ type generation struct {
 
 // startGeneration submits one request per spec. The queue closes when
 // every request has ended.
-func (s *Server) startGeneration(ctx context.Context, info *modelInfo, specs []*genSpec) (*generation, error) {
+func (s *Server) startGeneration(r *http.Request, info *modelInfo, specs []*genSpec) (*generation, error) {
 	reqs := make([]*backendapi.InferRequest, len(specs))
 	for i, g := range specs {
 		req, err := buildGenRequest(info, g)
@@ -69,12 +69,15 @@ func (s *Server) startGeneration(ctx context.Context, info *modelInfo, specs []*
 		}
 		reqs[i] = req
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(r.Context())
 	gen := &generation{queue: make(chan piece, queueLen), cancel: cancel}
 	for i, req := range reqs {
 		gen.wg.Add(1)
+		submit, end := s.trace(r, info.name)
+		submit(req)
 		go func() {
 			defer gen.wg.Done()
+			defer end()
 			err := s.backend.InferStream(ctx, req, func(resp *backendapi.InferResponse, err error, final bool) {
 				if err == nil && (resp == nil || final && len(resp.Outputs) == 0) {
 					// The final flag alone.
@@ -105,6 +108,14 @@ func (s *Server) startGeneration(ctx context.Context, info *modelInfo, specs []*
 		close(gen.queue)
 	}()
 	return gen, nil
+}
+
+// trace starts the trace of one model request (Options.Trace).
+func (s *Server) trace(r *http.Request, model string) (func(*backendapi.InferRequest), func()) {
+	if s.opts.Trace == nil {
+		return func(*backendapi.InferRequest) {}, func() {}
+	}
+	return s.opts.Trace(r, model)
 }
 
 // requestError returns the first request error, once the queue is closed.

@@ -55,6 +55,10 @@ type Options struct {
 	// handler), so that the OpenAI port alone can be scraped as Triton's
 	// OpenAI frontend can.
 	Metrics http.Handler
+	// Trace, when set, starts the trace of each model request a client
+	// request makes (the server's --trace-config): submit is called with
+	// the request just before the backend gets it, end once it is over.
+	Trace func(r *http.Request, model string) (submit func(*backendapi.InferRequest), end func())
 }
 
 // Server serves the OpenAI API for one backend.
