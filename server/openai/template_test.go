@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The chat templates of Meta-Llama-3-8B-Instruct and
@@ -96,6 +97,8 @@ func TestTemplateInputs(t *testing.T) {
 			`[{"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"city\": \"Paris\"}"}}]}]`, ``, `{"city": "Paris"}`},
 		{"loop and namespace", `{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ loop.index }}{{ '.' if not loop.last }}{% endfor %}={{ ns.n }}`,
 			`[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]`, ``, "1.2.3=3"},
+		{"loop first and revindex", `{% for m in messages %}{{ 'F' if loop.first }}{{ loop.revindex }}{{ loop.index0 }}{% endfor %}`,
+			`[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]`, ``, "F2011"},
 		{"fallback", fallbackTemplate, `[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]`, ``,
 			"system: Be brief.\nuser: Hi\nassistant: "},
 	} {
@@ -112,5 +115,27 @@ func TestTemplateInputs(t *testing.T) {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// strftime_now is Python's strftime of the current time, which Llama 3.1's
+// template uses for "Today Date: 26 Jul 2024".
+func TestTemplateStrftimeNow(t *testing.T) {
+	ct, err := compileChatTemplate(`{{ strftime_now("%d %b %Y") }}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a render that straddles midnight is retried once
+		before := time.Now().Format("02 Jan 2006")
+		got, err := ct.render(renderInput{messages: json.RawMessage(`[{"role": "user", "content": "x"}]`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := time.Now().Format("02 Jan 2006"); before == after {
+			if got != before {
+				t.Errorf("strftime_now = %q, want %q", got, before)
+			}
+			return
+		}
 	}
 }
