@@ -185,7 +185,7 @@ func (p *chatPlan) message(text, id, finish string) (*chatMessage, string) {
 type chatStream struct {
 	started  bool   // the role chunk was sent
 	held     []byte // text held back while it may be a tool call
-	holding  bool   // a named function's first chunk was sent
+	nameSent bool   // a named function's first chunk was sent
 	plain    bool   // the text is not a tool call: stream it as it comes
 	logpSent int
 }
@@ -281,8 +281,8 @@ func (p *chatPlan) delta(st *chatStream, text, id string, final bool) *chatMessa
 		}
 		zero := 0
 		call := toolCall{Index: &zero, Function: toolFunction{Arguments: text}}
-		if !st.holding { // the first chunk names the function
-			st.holding = true
+		if !st.nameSent { // the first chunk names the function
+			st.nameSent = true
 			call.ID, call.Type, call.Function.Name = id, "function", p.named
 		}
 		return &chatMessage{ToolCalls: []toolCall{call}}
