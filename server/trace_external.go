@@ -12,9 +12,9 @@ import (
 // it, end completes the trace once the request is over. Both do nothing
 // when the request is not traced.
 func (s *Server) TraceHTTP(r *http.Request, model string) (submit func(*backendapi.InferRequest), end func()) {
-	rt := s.tracer.startHTTP(model, 0, r)
+	rt := s.tracer.StartHTTP(model, 0, r)
 	if rt == nil {
 		return func(*backendapi.InferRequest) {}, func() {}
 	}
-	return rt.submit, rt.end
+	return rt.Submit, rt.End
 }

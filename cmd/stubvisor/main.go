@@ -247,31 +247,12 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return fmt.Errorf("%w: %s (--exit-on-error=false serves the others)", errStartupModels, strings.Join(failed, ", "))
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
-		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+	fronts, err := newFrontEnds(c, sup, log)
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
-	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
-		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout})
-	if err != nil {
-		sup.Close(time.Duration(c.exitTimeout) * time.Second)
-		return err
-	}
-	c.openai.Logger, c.openai.Repositories, c.openai.Metrics, c.openai.Trace = log, c.repos, srv.MetricsHandler(), srv.TraceHTTP
-	c.openai.MaxInputSize, c.openai.BodyTimeout = c.maxInputSize, c.bodyTimeout
-	oaiSrv, err := openai.New(sup, c.openai)
-	if err != nil {
-		sup.Close(time.Duration(c.exitTimeout) * time.Second)
-		return err
-	}
-	services := []service{
-		{"HTTP", c.httpPort, srv.Serve},
-		{"gRPC", c.grpcPort, grpcSrv.Serve},
-		{"metrics", c.metricsPort, srv.ServeMetrics},
-		{"OpenAI", c.openaiPort, oaiSrv.Serve},
-	}
+	services := fronts.services(c)
 	errc := make(chan error, len(services))
 	var wg sync.WaitGroup
 	for _, svc := range services {
@@ -280,9 +261,7 @@ func run(c *config) error {
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort(c.address, strconv.Itoa(svc.port)))
 		if err != nil {
-			_ = srv.Shutdown(context.Background())
-			_ = oaiSrv.Shutdown(context.Background())
-			grpcSrv.Stop()
+			fronts.stop()
 			sup.Close(time.Duration(c.exitTimeout) * time.Second)
 			return fmt.Errorf("listen %s: %w", svc.name, err)
 		}
@@ -310,23 +289,10 @@ func run(c *config) error {
 	deadline := time.Now().Add(time.Duration(c.exitTimeout) * time.Second)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(replyGrace))
 	defer cancel()
-	var fronts sync.WaitGroup
-	fronts.Add(3)
-	go func() { defer fronts.Done(); grpcSrv.GracefulStop(ctx) }()
-	go func() {
-		defer fronts.Done()
-		if err := oaiSrv.Shutdown(ctx); err != nil {
-			log.Warn("OpenAI shutdown", "error", err)
-		}
-	}()
-	go func() {
-		defer fronts.Done()
-		if err := srv.Shutdown(ctx); err != nil {
-			log.Warn("HTTP shutdown", "error", err)
-		}
-	}()
+	var stopped sync.WaitGroup
+	fronts.shutdown(ctx, log, &stopped)
 	sup.Close(time.Until(deadline))
-	fronts.Wait()
+	stopped.Wait()
 	wg.Wait()
 	log.Info("stopped")
 	return err
