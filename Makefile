@@ -62,7 +62,7 @@ test-go: build
 # detector, and the end-to-end case of clients cancelling mid-request
 # against a binary built with it.
 test-race:
-	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/ ./server/openai/
+	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels' ./cmd/stubvisor/
 
 test-python:
