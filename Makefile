@@ -1,10 +1,10 @@
-# stubvisor: `make run` serves testdata/models on :8000, `make check` is the
-# fast lane (short mode), `make test` runs every test.
+# stubvisor: `make run` serves testdata/models on :8000 (the OpenAI API on :9000),
+# `make check` is the fast lane (short mode), `make test` runs every test.
 PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-python vet deps deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
+.PHONY: all build run check test test-go test-race test-python vet deps deps-node deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
 
 all: build
 
@@ -19,6 +19,18 @@ deps:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
+# deps-node installs node and npm when they are missing (Debian packages)
+# and OpenAI's Node client for the OpenAI API's end-to-end test, from its
+# lock file (npm ci).
+OPENAI_NODE_TEST := cmd/stubvisor/testdata/openai
+deps-node:
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+		echo "installing: nodejs npm"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq nodejs npm; \
+	fi
+	cd $(OPENAI_NODE_TEST) && npm ci --no-audit --no-fund --loglevel=error
+
 # deps-bench installs the FastAPI yardstick of bench-http (Debian packages).
 deps-bench: deps
 	@$(PYTHON) -c 'import fastapi, uvicorn, uvloop, httptools' 2>/dev/null || { \
@@ -32,11 +44,11 @@ build:
 
 # The example repository also holds models that fail on purpose (for the
 # tests); run loads the ones that serve.
-RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat token_gen
+RUN_MODELS := add_sub identity_fp32 identity_all repeat_decoupled auto_complete error_codes batch_add seq_accumulate custom_metrics go_minimal go_repeat token_gen tiny_lm tiny_embed
 
 run: deps build
 	./$(BIN)/stubvisor --model-repository testdata/models --python $(PYTHON) \
-		--model-control-mode explicit $(addprefix --load-model ,$(RUN_MODELS))
+		--model-control-mode explicit $(addprefix --load-model ,$(RUN_MODELS)) --openai-port 9000
 
 vet:
 	$(GO) vet ./...
@@ -47,7 +59,7 @@ vet:
 check: deps vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
-test: deps vet test-python test-go test-race
+test: deps deps-node vet test-python test-go test-race
 
 test-go:
 	$(GO) test -count=1 -timeout 20m ./...
@@ -56,8 +68,8 @@ test-go:
 # detector, and the end-to-end case of clients cancelling mid-request
 # against a binary built with it.
 test-race:
-	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/
-	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest' ./cmd/stubvisor/
+	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
+	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels' ./cmd/stubvisor/
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python

@@ -102,3 +102,8 @@ func MessageOf(err error) string {
 // responses, so it is served only by streaming endpoints. Front ends
 // replace the text with their own (Triton's HTTP and gRPC texts differ).
 var ErrDecoupled error = &Error{Code: Unsupported, Msg: "model uses the decoupled transaction policy; use a streaming endpoint"}
+
+// ErrQueueFull is returned when a model's queue holds max_queue_size
+// requests already (Triton's "Exceeds maximum queue size"). Front ends that
+// tell overload apart (the OpenAI API answers 429) match it with errors.Is.
+var ErrQueueFull error = &Error{Code: Unavailable, Msg: "Exceeds maximum queue size"}

@@ -141,7 +141,7 @@ func runHTTPBench(args []string) error {
 		return err
 	}
 	defer env.close()
-	srv, err := env.start("HTTP", extra...)
+	srv, err := env.start("HTTP+OpenAI", extra...)
 	if err != nil {
 		return err
 	}
@@ -169,6 +169,11 @@ func runHTTPBench(args []string) error {
 	if *only == "" || strings.Contains("generate_stream-64tokens-c16", *only) {
 		if err := runStreamCase(env, srv, *rounds, *warmup, *duration); err != nil {
 			return fmt.Errorf("generate_stream: %w", err)
+		}
+	}
+	if *only == "" || strings.Contains(openAIStreamCase, *only) {
+		if err := runOpenAIStreamCase(srv, *rounds, *warmup, *duration); err != nil {
+			return fmt.Errorf("%s: %w", openAIStreamCase, err)
 		}
 	}
 	return nil

@@ -29,16 +29,16 @@ type benchServer struct {
 var listenRE = regexp.MustCompile(`listening: service=(\S+) address=(\S+)`)
 
 // startBenchServer starts bin on repo serving only service ("HTTP",
-// "gRPC", "metrics", or several joined by "+") and waits (up to 2
+// "gRPC", "metrics", "OpenAI", or several joined by "+") and waits (up to 2
 // minutes) until every model is loaded.
 func startBenchServer(bin, repo, cache, service string, extra ...string) (*benchServer, error) {
-	port := map[string]string{"HTTP": "-1", "gRPC": "-1", "metrics": "-1"}
+	port := map[string]string{"HTTP": "-1", "gRPC": "-1", "metrics": "-1", "OpenAI": "-1"}
 	services := strings.Split(service, "+")
 	for _, svc := range services {
 		port[svc] = "0"
 	}
 	args := append([]string{"--model-repository", repo, "--address", "127.0.0.1",
-		"--http-port", port["HTTP"], "--grpc-port", port["gRPC"], "--metrics-port", port["metrics"],
+		"--http-port", port["HTTP"], "--grpc-port", port["gRPC"], "--metrics-port", port["metrics"], "--openai-port", port["OpenAI"],
 		"--cache-dir", cache}, extra...)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()

@@ -68,6 +68,7 @@ type server struct {
 	HTTP    string // base URL, e.g. http://127.0.0.1:41234
 	GRPC    string // host:port, or "" when gRPC is off
 	Metrics string // base URL
+	OpenAI  string // base URL, or "" when --openai-port is off
 	Repo    string
 	logMu   sync.Mutex
 	log     bytes.Buffer
@@ -148,6 +149,8 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 			s.GRPC = a[1]
 		case "metrics":
 			s.Metrics = "http://" + a[1]
+		case "OpenAI":
+			s.OpenAI = "http://" + a[1]
 		}
 	}
 	return s

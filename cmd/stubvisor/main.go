@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	frontend "github.com/stubvisor/stubvisor/server"
+	"github.com/stubvisor/stubvisor/server/openai"
 	"github.com/stubvisor/stubvisor/supervisor"
 )
 
@@ -63,6 +64,9 @@ type config struct {
 	grpcForward     string
 	triton          tritonFlags
 	trace           frontend.TraceConfig
+	openaiPort      int
+	openai          openai.Options
+	chatTemplate    string
 	sup             supervisor.Options
 }
 
@@ -121,6 +125,11 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
 	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
+	fs.IntVar(&c.openaiPort, "openai-port", -1, "OpenAI-compatible API port (0: pick a free one, -1: off)")
+	fs.StringVar(&c.openai.LoraSeparator, "lora-separator", "", "OpenAI API: a model may be named <model><separator><LoRA adapter>")
+	fs.StringVar(&c.openai.ToolCallParser, "tool-call-parser", "", "OpenAI API: parse tool calls in chat output: llama3 or mistral")
+	fs.StringVar(&c.chatTemplate, "chat-template", "", "OpenAI API: a Jinja chat template file used for every model instead of its own")
+	fs.IntVar(&c.openai.DefaultMaxTokens, "default-max-tokens", openai.DefaultMaxTokens, "OpenAI API: max_tokens of a request that sets none")
 	c.triton.register(fs, c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -139,6 +148,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
 	if err := c.triton.apply(c, explicit); err != nil {
 		return nil, err
+	}
+	if c.chatTemplate != "" {
+		b, err := os.ReadFile(c.chatTemplate)
+		if err != nil {
+			return nil, fmt.Errorf("--chat-template: %w", err)
+		}
+		c.openai.ChatTemplate = string(b)
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
@@ -231,23 +247,12 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return fmt.Errorf("%w: %s (--exit-on-error=false serves the others)", errStartupModels, strings.Join(failed, ", "))
 	}
-	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
-		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+	fronts, err := newFrontEnds(c, sup, log)
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
 	}
-	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
-		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout})
-	if err != nil {
-		sup.Close(time.Duration(c.exitTimeout) * time.Second)
-		return err
-	}
-	services := []service{
-		{"HTTP", c.httpPort, srv.Serve},
-		{"gRPC", c.grpcPort, grpcSrv.Serve},
-		{"metrics", c.metricsPort, srv.ServeMetrics},
-	}
+	services := fronts.services(c)
 	errc := make(chan error, len(services))
 	var wg sync.WaitGroup
 	for _, svc := range services {
@@ -256,8 +261,7 @@ func run(c *config) error {
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort(c.address, strconv.Itoa(svc.port)))
 		if err != nil {
-			_ = srv.Shutdown(context.Background())
-			grpcSrv.Stop()
+			fronts.stop()
 			sup.Close(time.Duration(c.exitTimeout) * time.Second)
 			return fmt.Errorf("listen %s: %w", svc.name, err)
 		}
@@ -285,17 +289,10 @@ func run(c *config) error {
 	deadline := time.Now().Add(time.Duration(c.exitTimeout) * time.Second)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(replyGrace))
 	defer cancel()
-	var fronts sync.WaitGroup
-	fronts.Add(2)
-	go func() { defer fronts.Done(); grpcSrv.GracefulStop(ctx) }()
-	go func() {
-		defer fronts.Done()
-		if err := srv.Shutdown(ctx); err != nil {
-			log.Warn("HTTP shutdown", "error", err)
-		}
-	}()
+	var stopped sync.WaitGroup
+	fronts.shutdown(ctx, log, &stopped)
 	sup.Close(time.Until(deadline))
-	fronts.Wait()
+	stopped.Wait()
 	wg.Wait()
 	log.Info("stopped")
 	return err

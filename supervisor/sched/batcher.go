@@ -56,10 +56,12 @@ type queued struct {
 }
 
 // The queue policy's two rejections, with Triton's exact texts; the
-// statistics count them as REJECTED (match them with errors.Is).
+// statistics count them as REJECTED (match them with errors.Is). A full
+// queue is backendapi's sentinel, so that front ends can tell it too (the
+// OpenAI API answers it with 429).
 var (
 	ErrTimeoutExpired error = &backendapi.Error{Code: backendapi.Unavailable, Msg: "Request timeout expired"}
-	ErrQueueFull      error = &backendapi.Error{Code: backendapi.Unavailable, Msg: "Exceeds maximum queue size"}
+	ErrQueueFull            = backendapi.ErrQueueFull
 )
 
 // newDynamicBatcher batches by the requests' batch dimension up to

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	frontend "github.com/stubvisor/stubvisor/server"
+	"github.com/stubvisor/stubvisor/server/openai"
+	"github.com/stubvisor/stubvisor/supervisor"
+)
+
+// frontEnds are the server's front ends: HTTP (with metrics), gRPC and the
+// OpenAI API.
+type frontEnds struct {
+	http   *frontend.Server
+	grpc   *frontend.GRPCServer
+	openai *openai.Server
+}
+
+// newFrontEnds builds every front end over sup.
+func newFrontEnds(c *config, sup *supervisor.Supervisor, log hclog.Logger) (*frontEnds, error) {
+	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
+		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+	if err != nil {
+		return nil, err
+	}
+	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
+		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout})
+	if err != nil {
+		return nil, err
+	}
+	// The OpenAI API shares the metrics handler, the tracer and the body
+	// limits of the HTTP front end.
+	o := c.openai
+	o.Logger, o.Repositories, o.Metrics, o.Trace = log, c.repos, srv.MetricsHandler(), srv.TraceHTTP
+	o.MaxInputSize, o.BodyTimeout = c.maxInputSize, c.bodyTimeout
+	oaiSrv, err := openai.New(sup, o)
+	if err != nil {
+		return nil, err
+	}
+	return &frontEnds{http: srv, grpc: grpcSrv, openai: oaiSrv}, nil
+}
+
+// services lists the listeners, by the flags' ports.
+func (f *frontEnds) services(c *config) []service {
+	return []service{
+		{"HTTP", c.httpPort, f.http.Serve},
+		{"gRPC", c.grpcPort, f.grpc.Serve},
+		{"metrics", c.metricsPort, f.http.ServeMetrics},
+		{"OpenAI", c.openaiPort, f.openai.Serve},
+	}
+}
+
+// stop closes every front end at once (a listener failed to open).
+func (f *frontEnds) stop() {
+	_ = f.http.Shutdown(context.Background())
+	_ = f.openai.Shutdown(context.Background())
+	f.grpc.Stop()
+}
+
+// shutdown stops accepting and waits for the requests in flight until ctx
+// ends; wg is done when every front end has stopped.
+func (f *frontEnds) shutdown(ctx context.Context, log hclog.Logger, wg *sync.WaitGroup) {
+	wg.Add(3)
+	go func() { defer wg.Done(); f.grpc.GracefulStop(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := f.openai.Shutdown(ctx); err != nil {
+			log.Warn("OpenAI shutdown", "error", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := f.http.Shutdown(ctx); err != nil {
+			log.Warn("HTTP shutdown", "error", err)
+		}
+	}()
+}
