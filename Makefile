@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-python vet deps deps-node deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
+.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
 
 all: build
 
@@ -59,7 +59,7 @@ vet:
 check: deps vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
-test: deps deps-node vet test-python test-go test-race
+test: deps deps-node vet test-python test-go test-race test-deploy
 
 test-go:
 	$(GO) test -count=1 -timeout 20m ./...
@@ -100,6 +100,65 @@ bench-ensemble: build
 # are killed at random (SOAK_ARGS=-duration=30s for a short run).
 soak: build
 	$(GO) run ./cmd/stubvisor-bench soak $(SOAK_ARGS)
+
+# --- Container image and Kubernetes manifests (deploy/, docs/deploy.md) ---
+
+IMAGE       ?= localhost/stubvisor:latest
+BASE_IMAGE  ?= localhost/stubvisor-base:bookworm
+SUITE       ?= bookworm
+# The base root filesystem comes from the apt sources this machine has.
+APT_SOURCES ?= $(firstword $(wildcard /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list))
+IMAGE_PACKAGES := python3-numpy,python3-msgpack,libatomic1,curl,ca-certificates
+ROOTFS      := $(BIN)/image/rootfs.tar
+HELM_VERSION ?= v3.19.0
+HELM        := $(BIN)/helm-$(HELM_VERSION)/helm
+PODMAN      ?= podman
+# runc and no default ulimits (deploy/containers.conf says why).
+export CONTAINERS_CONF ?= $(CURDIR)/deploy/containers.conf
+
+# deps-deploy installs what make image and test-deploy need (Debian packages).
+deps-deploy:
+	@missing=""; \
+	for c in podman:podman runc:runc mmdebstrap:mmdebstrap newuidmap:uidmap; do \
+		command -v $${c%%:*} >/dev/null 2>&1 || [ -x /usr/sbin/$${c%%:*} ] || missing="$$missing $${c#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The Debian 12 root filesystem of the image, made once (about a minute)
+# and kept; remove it to pick up Debian updates.
+$(ROOTFS):
+	@mkdir -p $(@D)
+	mmdebstrap --variant=minbase --format=tar --include=$(IMAGE_PACKAGES) \
+		--aptopt='APT::Install-Recommends "false"' \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
+		--dpkgopt='path-exclude=/usr/share/info/*' \
+		$(SUITE) $@.tmp $(APT_SOURCES)
+	mv $@.tmp $@
+
+# image builds $(IMAGE) from deploy/Containerfile on that root filesystem,
+# with no container registry involved.
+image: deps-deploy $(ROOTFS)
+	@mkdir -p $(BIN)/image/ctx
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/image/ctx/stubvisor ./cmd/stubvisor
+	$(PODMAN) import --quiet $(ROOTFS) $(BASE_IMAGE)
+	$(PODMAN) build --pull=never --quiet -f deploy/Containerfile --build-arg BASE=$(BASE_IMAGE) -t $(IMAGE) $(BIN)/image/ctx
+
+# helm is built from source through the Go module proxy, once.
+$(HELM):
+	GOBIN=$(abspath $(@D)) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+# test-deploy runs the image in podman end to end and checks the chart and
+# the KServe manifests against the Kubernetes and KServe schemas (its own
+# Go module, so that the server's go.mod does not pull in Kubernetes).
+test-deploy: image $(HELM)
+	cd deploy && $(GO) vet ./...
+	cd deploy && STUBVISOR_IMAGE=$(IMAGE) HELM=$(abspath $(HELM)) PODMAN="$(PODMAN)" \
+		$(GO) test -count=1 -timeout 20m ./...
 
 clean:
 	rm -rf $(BIN)

@@ -8,7 +8,6 @@ import (
 
 	frontend "github.com/stubvisor/stubvisor/server"
 	"github.com/stubvisor/stubvisor/server/openai"
-	"github.com/stubvisor/stubvisor/supervisor"
 )
 
 // frontEnds are the server's front ends: HTTP (with metrics), gRPC and the
@@ -19,8 +18,9 @@ type frontEnds struct {
 	openai *openai.Server
 }
 
-// newFrontEnds builds every front end over sup.
-func newFrontEnds(c *config, sup *supervisor.Supervisor, log hclog.Logger) (*frontEnds, error) {
+// newFrontEnds builds every front end over sup, the supervisor whose
+// readiness turns false when a shutdown begins (drain.go).
+func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, error) {
 	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
 		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
 	if err != nil {

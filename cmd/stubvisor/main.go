@@ -53,6 +53,7 @@ type config struct {
 	pollSecs        int
 	strictReadiness bool
 	exitTimeout     int
+	drainDelay      int
 	exitOnError     bool
 	allowClientShm  bool
 	maxInputSize    int64
@@ -96,6 +97,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.pollSecs, "repository-poll-secs", 15, "repository poll interval in poll mode")
 	fs.BoolVar(&c.strictReadiness, "strict-readiness", true, "server is ready only when every loaded model is ready")
 	fs.IntVar(&c.exitTimeout, "exit-timeout-secs", 30, "how long shutdown waits for in-flight requests")
+	fs.IntVar(&c.drainDelay, "drain-delay-secs", 0, "after SIGTERM, how long the server reports not ready but still accepts requests before it shuts down (part of --exit-timeout-secs)")
 	fs.BoolVar(&c.exitOnError, "exit-on-error", true, "exit when a model loaded at start fails to load, as tritonserver does (false: serve the others)")
 	fs.BoolVar(&c.allowClientShm, "allow-client-shm", false, "allow clients to register system and CUDA shared memory")
 	fs.Int64Var(&c.maxInputSize, "http-max-input-size", frontend.DefaultMaxInputSize, "largest HTTP request body in bytes")
@@ -184,6 +186,9 @@ func newLogger(c *config) hclog.Logger {
 }
 
 func main() {
+	if code, ok := runInit(); ok {
+		os.Exit(code)
+	}
 	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -247,7 +252,8 @@ func run(c *config) error {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return fmt.Errorf("%w: %s (--exit-on-error=false serves the others)", errStartupModels, strings.Join(failed, ", "))
 	}
-	fronts, err := newFrontEnds(c, sup, log)
+	backend := &drainBackend{Supervisor: sup}
+	fronts, err := newFrontEnds(c, backend, log)
 	if err != nil {
 		sup.Close(time.Duration(c.exitTimeout) * time.Second)
 		return err
@@ -282,11 +288,14 @@ func run(c *config) error {
 	case err = <-errc:
 		log.Error("listener failed; shutting down", "error", err)
 	}
-	// The front ends stop accepting at once and wait for their requests,
-	// which the supervisor lets run until the deadline; then it fails what
-	// is left, finalizes with the time that remains and kills the rest. The
-	// front ends get a moment past the deadline to write those failures.
 	deadline := time.Now().Add(time.Duration(c.exitTimeout) * time.Second)
+	if err == nil { // a signal: not ready, and serving on for the drain delay
+		backend.drain(time.Duration(c.drainDelay)*time.Second, deadline, sigs, log)
+	}
+	// The front ends stop accepting and wait for their requests, which the
+	// supervisor lets run until the deadline; then it fails what is left,
+	// finalizes with the time that remains and kills the rest. The front
+	// ends get a moment past the deadline to write those failures.
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(replyGrace))
 	defer cancel()
 	var stopped sync.WaitGroup
