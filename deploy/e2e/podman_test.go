@@ -131,8 +131,7 @@ func runContainer(t *testing.T, repo string, opts, args []string) *container {
 	mustPodman(t, run...)
 	t.Cleanup(func() {
 		if t.Failed() {
-			logs, _ := podman(t, 30*time.Second, "logs", c.name)
-			t.Logf("container log:\n%s", logs)
+			t.Logf("container log:\n%s", c.logs())
 		}
 		if _, err := podman(t, time.Minute, "rm", "-f", "-t", "0", c.name); err != nil {
 			t.Error(err)
@@ -210,4 +209,19 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// logs returns what the container wrote to stdout and stderr.
+func (c *container) logs() string {
+	cmdline := strings.Fields(os.Getenv("PODMAN"))
+	if len(cmdline) == 0 {
+		cmdline = []string{"podman"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], "logs", c.name)...).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("podman logs: %v\n%s", err, out)
+	}
+	return string(out)
 }
