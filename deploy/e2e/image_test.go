@@ -60,7 +60,7 @@ func TestImageKServe(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := runContainer(t, repo, append(append([]string{}, hardened...), tc.opts...), kserveArgs)
 			t.Logf("container start to ready: %v", time.Since(c.started).Round(time.Millisecond))
-			c.checkConfinement(t, tc.shmLine)
+			c.checkConfinement(t, "/mnt/models", tc.shmLine)
 			c.checkHTTPInfer(t)
 			c.checkGRPCInfer(t)
 			var all stubs
@@ -69,22 +69,27 @@ func TestImageKServe(t *testing.T) {
 				t.Errorf("/v2/stubs: %+v", all)
 			}
 			code, metrics, err := httpDo("GET", c.Metrics+"/metrics", nil)
-			want := regexp.MustCompile(`(?m)^nv_inference_request_success\{model="add_sub",version="1"\} 2$`)
-			if err != nil || code != 200 || !want.Match(metrics) {
-				t.Errorf("metrics on 8002: %d %v, want a line matching %s in:\n%s", code, err, want, metrics)
+			// The HPA's queue time per request is made of these two.
+			for _, want := range []*regexp.Regexp{
+				regexp.MustCompile(`(?m)^nv_inference_request_success\{model="add_sub",version="1"\} 2$`),
+				regexp.MustCompile(`(?m)^nv_inference_queue_duration_us\{model="add_sub",version="1"\} [0-9.e+]+$`),
+			} {
+				if err != nil || code != 200 || !want.Match(metrics) {
+					t.Errorf("metrics on 8002: %d %v, want a line matching %s in:\n%s", code, err, want, metrics)
+				}
 			}
 		})
 	}
 }
 
-// checkConfinement checks the user, the read-only filesystems and
-// /dev/shm inside the container.
-func (c *container) checkConfinement(t *testing.T, shmLine *regexp.Regexp) {
+// checkConfinement checks the user, the capabilities, the read-only root
+// filesystem and model store, and /dev/shm inside the container.
+func (c *container) checkConfinement(t *testing.T, models string, shmLine *regexp.Regexp) {
 	t.Helper()
 	if out, err := c.exec("id", "-u"); err != nil || strings.TrimSpace(out) != "1000" {
 		t.Errorf("id -u: %q %v", out, err)
 	}
-	for _, path := range []string{"/usr/local/bin/written", "/mnt/models/written"} {
+	for _, path := range []string{"/usr/local/bin/written", models + "/written"} {
 		if _, err := c.exec("touch", path); err == nil || !strings.Contains(err.Error(), "Read-only file system") {
 			t.Errorf("touch %s: %v, want a read-only file system", path, err)
 		}
