@@ -197,8 +197,8 @@ func checkPod(t *testing.T, dep *appsv1.Deployment) {
 	if pod.TerminationGracePeriodSeconds == nil || fmt.Sprint(*pod.TerminationGracePeriodSeconds-5) != exitTimeout {
 		t.Errorf("terminationGracePeriodSeconds %v for --exit-timeout-secs=%s", pod.TerminationGracePeriodSeconds, exitTimeout)
 	}
-	if !slices.Equal(c.Command, []string{"tritonserver"}) {
-		t.Errorf("command %v", c.Command)
+	if len(c.Command) != 0 || c.Args[0] != "tritonserver" {
+		t.Errorf("command %v, args %v: want the args to start with tritonserver, as Triton's chart", c.Command, c.Args)
 	}
 }
 
