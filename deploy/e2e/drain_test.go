@@ -2,43 +2,87 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
 // result is one request of a load run.
 type result struct {
 	start, end time.Time
-	target     string
-	err        error // nil: 200 with the right output
+	target     string // the base URL or gRPC address it went to
+	err        error  // nil: success with the right output
 }
 
-// load sends slow_add requests from workers goroutines to the base URL
-// pick returns, until stop is closed, and returns every request's result.
-func load(workers int, pick func() string, stop <-chan struct{}, done *atomic.Int64) []result {
+// sender sends one slow_add request with input x and returns where it
+// went and its error.
+type sender func(x float32) (target string, err error)
+
+// httpSender sends over HTTP to the base URL pick returns.
+func httpSender(pick func() string) sender {
+	client := &http.Client{Timeout: 30 * time.Second}
+	return func(x float32) (string, error) {
+		target := pick()
+		return target, inferSlowAdd(client, target, x)
+	}
+}
+
+// grpcSender sends over gRPC to addr, on a connection of its own.
+func grpcSender(t *testing.T, addr string) sender {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	client := pb.NewGRPCInferenceServiceClient(conn)
+	return func(x float32) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "slow_add",
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1},
+				Contents: &pb.InferTensorContents{Fp32Contents: []float32{x}}}}})
+		if err != nil {
+			return addr, err
+		}
+		if raw := resp.GetRawOutputContents(); len(raw) != 1 || len(raw[0]) != 4 ||
+			math.Float32frombits(binary.LittleEndian.Uint32(raw[0])) != x+1 {
+			return addr, fmt.Errorf("gRPC output %v for input %g", raw, x)
+		}
+		return addr, nil
+	}
+}
+
+// load runs each sender in a goroutine of its own, sending one request
+// after another until stop is closed, and returns every request's result.
+func load(senders []sender, stop <-chan struct{}, done *atomic.Int64) []result {
 	var mu sync.Mutex
 	var all []result
 	var wg sync.WaitGroup
-	for w := range workers {
+	for w, send := range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 30 * time.Second}
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				x := float32(w*100000 + i)
-				r := result{start: time.Now(), target: pick()}
-				r.err = inferSlowAdd(client, r.target, x)
+				r := result{start: time.Now()}
+				r.target, r.err = send(float32(w*100000 + i))
 				r.end = time.Now()
 				if r.err == nil {
 					done.Add(1)
@@ -84,14 +128,18 @@ const exitTimeout = 10 * time.Second
 
 // TestImageSIGTERMUnderLoad: SIGTERM (as Kubernetes sends it to a pod
 // that is deleted) turns readiness false at once; every request sent
-// before it succeeds, and so does every request sent during the drain
+// before it, over HTTP or gRPC, succeeds, and so does every request sent during the drain
 // delay; the container exits 0 within --exit-timeout-secs.
 func TestImageSIGTERMUnderLoad(t *testing.T) {
 	c := runContainer(t, modelRepo(t, "slow_add"), hardened, drainArgs)
 	stop := make(chan struct{})
 	var done atomic.Int64
 	results := make(chan []result, 1)
-	go func() { results <- load(6, func() string { return c.HTTP }, stop, &done) }()
+	var senders []sender
+	for range 3 {
+		senders = append(senders, httpSender(func() string { return c.HTTP }), grpcSender(t, c.GRPC))
+	}
+	go func() { results <- load(senders, stop, &done) }()
 	t.Cleanup(func() {
 		select {
 		case <-stop:
@@ -119,11 +167,14 @@ func TestImageSIGTERMUnderLoad(t *testing.T) {
 		t.Errorf("the container exited %v after SIGTERM, past --exit-timeout-secs=10", exited)
 	}
 
-	var before, during, duringOK, failedBefore int
+	var before, during, duringOK, failedBefore, grpcBefore int
 	for _, r := range all {
 		switch {
 		case r.start.Before(sigterm):
 			before++
+			if r.target == c.GRPC {
+				grpcBefore++
+			}
 			if r.err != nil {
 				failedBefore++
 				t.Errorf("a request sent %v before SIGTERM failed: %v", sigterm.Sub(r.start), r.err)
@@ -135,8 +186,11 @@ func TestImageSIGTERMUnderLoad(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("SIGTERM to exit: %v; %d requests sent before SIGTERM, %d failed; %d sent in the 2 s drain delay, %d served",
-		exited.Round(time.Millisecond), before, failedBefore, during, duringOK)
+	t.Logf("SIGTERM to exit: %v; %d requests sent before SIGTERM (%d over gRPC), %d failed; %d sent in the 2 s drain delay, %d served",
+		exited.Round(time.Millisecond), before, grpcBefore, failedBefore, during, duringOK)
+	if grpcBefore == 0 || grpcBefore == before {
+		t.Errorf("the load was not HTTP and gRPC together: %d of %d requests over gRPC", grpcBefore, before)
+	}
 	if during == 0 || duringOK == 0 {
 		t.Errorf("no request was served during the drain delay (%d sent)", during)
 	}
@@ -190,7 +244,11 @@ func TestImageRollingRestart(t *testing.T) {
 	go poll(old.HTTP)
 	var done atomic.Int64
 	results := make(chan []result, 1)
-	go func() { results <- load(6, pick, stop, &done) }()
+	var senders []sender
+	for range 6 {
+		senders = append(senders, httpSender(pick))
+	}
+	go func() { results <- load(senders, stop, &done) }()
 	t.Cleanup(func() {
 		select {
 		case <-stop:
