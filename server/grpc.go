@@ -59,6 +59,9 @@ type GRPCOptions struct {
 	// (--grpc-header-forward-pattern): a regular expression matched as Triton
 	// does, in part and case-insensitively unless it says (?-i).
 	HeaderForwardPattern string
+	// Restrictions puts API groups behind metadata keys
+	// (--grpc-restricted-protocol); nil restricts nothing.
+	Restrictions *Restrictions
 }
 
 // GRPCServer serves a backendapi.Backend as Triton's
@@ -128,13 +131,15 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 			return nil, fmt.Errorf("server: new grpc: %w", err)
 		}
 	}
+	restrict := grpcRestrictor{opts.Restrictions}
 	stall := newGRPCStall(grpcBodyBound(opts.BodyTimeout, opts.MaxMessageSize),
 		&pb.GRPCInferenceService_ServiceDesc, &healthpb.Health_ServiceDesc)
 	sopts := append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(opts.MaxMessageSize),
 		grpc.MaxSendMsgSize(opts.MaxMessageSize),
 		grpc.InTapHandle(stall.tap),
-		grpc.ChainUnaryInterceptor(stall.intercept),
+		grpc.ChainUnaryInterceptor(stall.intercept, restrict.unary),
+		grpc.ChainStreamInterceptor(restrict.stream),
 		// Reused stream goroutines keep the stacks an infer call grows;
 		// a fresh goroutine per RPC spent ~6% of the server's CPU copying
 		// its stack as it grew. Beyond these, grpc-go starts goroutines.
@@ -145,6 +150,9 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 	g.health = health.NewServer()
 	healthpb.RegisterHealthServer(g.srv, liveHealth{Server: g.health, backend: backend})
 	reflection.Register(g.srv)
+	if err := checkGroups(g.srv); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -25,27 +25,26 @@ import (
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	defer guardBody(w, r, s.bodyTTL).end()
 	p := r.URL.EscapedPath()
-	switch p {
-	case "/":
-		s.handleStatusPage(w, r)
-		return
-	case "/v2":
-		s.handleServerMetadata(w, r)
-		return
-	case "/v2/health/live", "/v2/health/ready":
-		s.handleHealth(w, r, p == "/v2/health/live")
-		return
-	case "/v2/models/stats":
-		s.handleStats(w, r, "", "")
-		return
-	case "/v2/logging":
-		s.handleLogging(w, r)
-		return
-	case "/v2/trace/setting":
-		s.handleTrace(w, r, "")
-		return
-	case "/v2/stubs":
-		s.handleStubs(w, r, "", "")
+	if g, ok := fixedRoutes[p]; ok {
+		if !s.admitHTTP(w, r, g) {
+			return
+		}
+		switch p {
+		case "/":
+			s.handleStatusPage(w, r)
+		case "/v2":
+			s.handleServerMetadata(w, r)
+		case "/v2/health/live", "/v2/health/ready":
+			s.handleHealth(w, r, p == "/v2/health/live")
+		case "/v2/models/stats":
+			s.handleStats(w, r, "", "")
+		case "/v2/logging":
+			s.handleLogging(w, r)
+		case "/v2/trace/setting":
+			s.handleTrace(w, r, "")
+		case "/v2/stubs":
+			s.handleStubs(w, r, "", "")
+		}
 		return
 	}
 	if rest, ok := strings.CutPrefix(p, "/v2/models/"); ok && s.routeModel(w, r, rest) {
@@ -61,6 +60,35 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeErrorStatus(w, http.StatusNotFound, msgNotFound)
+}
+
+// fixedRoutes are the paths without parameters and the restricted API
+// group (--http-restricted-api) each belongs to. The status page and its
+// data (/v2/stubs) are in statistics: they show each instance's load,
+// restarts and errors, what the statistics extension shows per model.
+var fixedRoutes = map[string]APIGroup{
+	"/":                 GroupStatistics,
+	"/v2":               GroupMetadata,
+	"/v2/health/live":   GroupHealth,
+	"/v2/health/ready":  GroupHealth,
+	"/v2/models/stats":  GroupStatistics,
+	"/v2/logging":       GroupLogging,
+	"/v2/trace/setting": GroupTrace,
+	"/v2/stubs":         GroupStatistics,
+}
+
+// modelRouteGroups are the restricted API groups of the kinds of
+// /v2/models/{m}[/versions/{v}][/{kind}].
+var modelRouteGroups = map[string]APIGroup{
+	"":                GroupMetadata,
+	"infer":           GroupInference,
+	"generate":        GroupInference,
+	"generate_stream": GroupInference,
+	"ready":           GroupHealth,
+	"config":          GroupModelConfig,
+	"stats":           GroupStatistics,
+	"stubs":           GroupStatistics,
+	"trace/setting":   GroupTrace,
 }
 
 // unescapeSegment percent-decodes one path segment.
@@ -91,14 +119,12 @@ func (s *Server) routeModel(w http.ResponseWriter, r *http.Request, rest string)
 		version = v
 		kind = after
 	}
-	switch kind {
-	case "", "infer", "ready", "config", "stats", "stubs", "generate", "generate_stream":
-	case "trace/setting":
-		if version != "" {
-			return false
-		}
-	default:
+	g, known := modelRouteGroups[kind]
+	if !known || kind == "trace/setting" && version != "" {
 		return false
+	}
+	if !s.admitHTTP(w, r, g) {
+		return true
 	}
 	model, ok := unescapeSegment(w, name)
 	if !ok {
@@ -145,14 +171,18 @@ func (s *Server) routeRepository(w http.ResponseWriter, r *http.Request, rest st
 	default:
 		return false
 	}
-	if segs[len(segs)-1] == "index" {
+	index := segs[len(segs)-1] == "index"
+	if !index && segs[2] != "load" && segs[2] != "unload" {
+		return false
+	}
+	if !s.admitHTTP(w, r, GroupModelRepository) {
+		return true
+	}
+	if index {
 		s.handleRepositoryIndex(w, r, repo)
 		return true
 	}
 	action := segs[2]
-	if action != "load" && action != "unload" {
-		return false
-	}
 	model, ok := unescapeSegment(w, segs[1])
 	if !ok {
 		return true
@@ -176,6 +206,9 @@ func (s *Server) routeSharedMemory(w http.ResponseWriter, r *http.Request, rest 
 	case "status", "register", "unregister":
 	default:
 		return false
+	}
+	if !s.admitHTTP(w, r, GroupSharedMemory) {
+		return true
 	}
 	region, ok := unescapeSegment(w, region)
 	if !ok {

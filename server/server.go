@@ -86,6 +86,9 @@ type Options struct {
 	// DefaultTraceConfig, tracing off. The gRPC front end given this
 	// server shares its settings.
 	Trace *TraceConfig
+	// Restrictions puts API groups behind headers
+	// (--http-restricted-api); nil restricts nothing.
+	Restrictions *Restrictions
 }
 
 // defaultVersion is the version reported when Options.Version is empty.
@@ -106,6 +109,7 @@ type Server struct {
 	headerTTL time.Duration
 	bodyTTL   time.Duration
 	budget    *byteBudget
+	restrict  *Restrictions
 
 	mu      sync.Mutex
 	servers []*http.Server
@@ -169,6 +173,7 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 		headerTTL: opts.ReadHeaderTimeout,
 		bodyTTL:   opts.BodyTimeout,
 		budget:    newByteBudget(opts.MaxInflightBytes),
+		restrict:  opts.Restrictions,
 	}
 	s.api = http.HandlerFunc(s.route)
 	s.metrics = newMetricsHandler(backend, opts.BackendTimeout, opts.Logger)

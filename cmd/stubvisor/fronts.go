@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -16,18 +17,24 @@ type frontEnds struct {
 	http   *frontend.Server
 	grpc   *frontend.GRPCServer
 	openai *openai.Server
+	secure *listenerTLS
 }
 
 // newFrontEnds builds every front end over sup, the supervisor whose
 // readiness turns false when a shutdown begins (drain.go).
 func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, error) {
+	secure, err := c.tls.build(log)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
-		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace})
+		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace,
+		Restrictions: c.httpRestrict})
 	if err != nil {
 		return nil, err
 	}
 	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
-		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout})
+		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout, Restrictions: c.grpcRestrict, ServerOptions: secure.grpc})
 	if err != nil {
 		return nil, err
 	}
@@ -40,16 +47,16 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 	if err != nil {
 		return nil, err
 	}
-	return &frontEnds{http: srv, grpc: grpcSrv, openai: oaiSrv}, nil
+	return &frontEnds{http: srv, grpc: grpcSrv, openai: oaiSrv, secure: secure}, nil
 }
 
 // services lists the listeners, by the flags' ports.
 func (f *frontEnds) services(c *config) []service {
 	return []service{
-		{"HTTP", c.httpPort, f.http.Serve},
-		{"gRPC", c.grpcPort, f.grpc.Serve},
-		{"metrics", c.metricsPort, f.http.ServeMetrics},
-		{"OpenAI", c.openaiPort, f.openai.Serve},
+		{"HTTP", c.httpPort, func(l net.Listener) error { return f.http.Serve(wrap(l, f.secure.http)) }, f.secure.http != nil},
+		{"gRPC", c.grpcPort, f.grpc.Serve, f.secure.grpc != nil},
+		{"metrics", c.metricsPort, func(l net.Listener) error { return f.http.ServeMetrics(wrap(l, f.secure.metrics)) }, f.secure.metrics != nil},
+		{"OpenAI", c.openaiPort, f.openai.Serve, false},
 	}
 }
 

@@ -64,6 +64,9 @@ type config struct {
 	httpForward     string
 	grpcForward     string
 	triton          tritonFlags
+	tls             tlsFlags
+	httpRestrict    *frontend.Restrictions
+	grpcRestrict    *frontend.Restrictions
 	trace           frontend.TraceConfig
 	openaiPort      int
 	openai          openai.Options
@@ -83,7 +86,8 @@ func (f traceFlag) String() string     { return "" }
 func (f traceFlag) Set(v string) error { return f.c.Parse(f.prefix + v) }
 
 func parseFlags(args []string) (*config, error) {
-	c := &config{sup: supervisor.DefaultOptions(), trace: frontend.DefaultTraceConfig()}
+	c := &config{sup: supervisor.DefaultOptions(), trace: frontend.DefaultTraceConfig(),
+		httpRestrict: frontend.NewHTTPRestrictions(), grpcRestrict: frontend.NewGRPCRestrictions()}
 	fs := flag.NewFlagSet("stubvisor", flag.ContinueOnError)
 	fs.Var(&c.repos, "model-repository", "model repository directory (repeatable)")
 	fs.Var(&c.loadModels, "load-model", "model to load at start in explicit mode, or * for all (repeatable)")
@@ -132,6 +136,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.openai.ToolCallParser, "tool-call-parser", "", "OpenAI API: parse tool calls in chat output: llama3 or mistral")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "OpenAI API: a Jinja chat template file used for every model instead of its own")
 	fs.IntVar(&c.openai.DefaultMaxTokens, "default-max-tokens", openai.DefaultMaxTokens, "OpenAI API: max_tokens of a request that sets none")
+	fs.Var(c.httpRestrict, "http-restricted-api", "<api>[,<api>...]:<header>=<value>: those HTTP API groups answer 403 unless the request has the header with that value (repeatable; groups: health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging)")
+	fs.Var(c.grpcRestrict, "grpc-restricted-protocol", "<protocol>[,<protocol>...]:<key>=<value>: those gRPC groups fail UNAVAILABLE unless the call carries metadata triton-grpc-protocol-<key> with that value (repeatable; groups as --http-restricted-api)")
+	c.tls.register(fs)
 	c.triton.register(fs, c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -157,6 +164,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("--chat-template: %w", err)
 		}
 		c.openai.ChatTemplate = string(b)
+	}
+	if err := c.tls.check(); err != nil {
+		return nil, err
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
@@ -208,6 +218,7 @@ type service struct {
 	name  string
 	port  int
 	serve func(net.Listener) error
+	tls   bool
 }
 
 // errStartupModels ends the server when a model loaded at start failed
@@ -272,7 +283,7 @@ func run(c *config) error {
 			return fmt.Errorf("listen %s: %w", svc.name, err)
 		}
 		// Tests start the binary on port 0 and read the chosen ports here.
-		log.Info("listening", "service", svc.name, "address", l.Addr().String())
+		log.Info("listening", "service", svc.name, "address", l.Addr().String(), "tls", svc.tls)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
