@@ -4,9 +4,11 @@
 // uses the new files, with no restart.
 //
 // The files are checked at most once per CheckInterval, on a handshake:
-// their size, modification time and inode are compared with the last
-// ones, and only a change re-reads them. This is polling without a
-// goroutine, so there is nothing to start or stop. fsnotify is not used:
+// they are read (a few kilobytes) and their digest compared with the last
+// one; only a change parses them. Contents, not modification times, are
+// compared: a rewrite of the same size within one kernel clock tick keeps
+// its mtime. This is polling without a goroutine, so there is nothing to
+// start or stop. fsnotify is not used:
 // a Kubernetes secret volume replaces files by swapping a symlink to a
 // directory, which a watch on the file's path misses unless the watcher
 // re-arms on the parent directory, and a stat per interval is cheaper than
@@ -16,13 +18,13 @@
 package tlsfiles
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -50,15 +52,8 @@ type Source struct {
 
 	mu      sync.Mutex
 	checked time.Time
-	stamps  [3]stamp
+	digest  [sha256.Size]byte
 	current *tls.Config
-}
-
-// stamp identifies one version of a file.
-type stamp struct {
-	size  int64
-	mtime time.Time
-	ino   uint64
 }
 
 // New loads files and returns a Source. nextProtos is the ALPN list the
@@ -70,15 +65,15 @@ func New(files Files, nextProtos []string, onReload func(error)) (*Source, error
 		return nil, errors.New("tlsfiles: a certificate and a key are both required")
 	}
 	s := &Source{files: files, nextProtos: nextProtos, onReload: onReload, now: time.Now}
-	stamps, err := s.stat()
+	pems, digest, err := s.read()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := s.load()
+	cfg, err := s.build(pems)
 	if err != nil {
 		return nil, err
 	}
-	s.stamps, s.current, s.checked = stamps, cfg, s.now()
+	s.digest, s.current, s.checked = digest, cfg, s.now()
 	return s, nil
 }
 
@@ -102,14 +97,14 @@ func (s *Source) config() *tls.Config {
 		return s.current
 	}
 	s.checked = now
-	stamps, err := s.stat()
-	if err == nil && stamps == s.stamps {
+	pems, digest, err := s.read()
+	if err == nil && digest == s.digest {
 		return s.current
 	}
 	if err == nil {
 		var cfg *tls.Config
-		if cfg, err = s.load(); err == nil {
-			s.stamps, s.current = stamps, cfg
+		if cfg, err = s.build(pems); err == nil {
+			s.digest, s.current = digest, cfg
 		}
 	}
 	if s.onReload != nil {
@@ -118,27 +113,32 @@ func (s *Source) config() *tls.Config {
 	return s.current
 }
 
-func (s *Source) stat() ([3]stamp, error) {
-	var out [3]stamp
+// read returns the contents of the files (cert, key, client CA) and their
+// digest.
+func (s *Source) read() ([3][]byte, [sha256.Size]byte, error) {
+	var pems [3][]byte
+	h := sha256.New()
 	for i, name := range []string{s.files.Cert, s.files.Key, s.files.ClientCA} {
 		if name == "" {
 			continue
 		}
-		fi, err := os.Stat(name)
+		b, err := os.ReadFile(name)
 		if err != nil {
-			return out, fmt.Errorf("tlsfiles: %w", err)
+			return pems, [sha256.Size]byte{}, fmt.Errorf("tlsfiles: %w", err)
 		}
-		out[i] = stamp{size: fi.Size(), mtime: fi.ModTime()}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			out[i].ino = st.Ino
-		}
+		pems[i] = b
+		h.Write(b)
+		h.Write([]byte{0})
 	}
-	return out, nil
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return pems, d, nil
 }
 
-// load reads the files and builds the configuration a handshake uses.
-func (s *Source) load() (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(s.files.Cert, s.files.Key)
+// build parses the files' contents into the configuration a handshake
+// uses.
+func (s *Source) build(pems [3][]byte) (*tls.Config, error) {
+	pair, err := tls.X509KeyPair(pems[0], pems[1])
 	if err != nil {
 		return nil, fmt.Errorf("tlsfiles: load %s and %s: %w", s.files.Cert, s.files.Key, err)
 	}
@@ -148,12 +148,8 @@ func (s *Source) load() (*tls.Config, error) {
 		Certificates: []tls.Certificate{pair},
 	}
 	if s.files.ClientCA != "" {
-		pem, err := os.ReadFile(s.files.ClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("tlsfiles: %w", err)
-		}
 		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
+		if !pool.AppendCertsFromPEM(pems[2]) {
 			return nil, fmt.Errorf("tlsfiles: %s: %w", s.files.ClientCA, ErrNoCA)
 		}
 		cfg.ClientCAs = pool
