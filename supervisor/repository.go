@@ -91,6 +91,16 @@ func (s *Supervisor) isEnsembleDir(dirs []modelconfig.ModelDir, name string) boo
 	return false
 }
 
+// checkModelName refuses a model name that is not a single path
+// element: the name becomes a directory name (file overrides), so '/',
+// '\\', NUL, "." and ".." could name another place.
+func checkModelName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid model name: a model name is one directory name, without '/', '\\', NUL, or '.' and '..'", name)
+	}
+	return nil
+}
+
 // errControlMode is Triton's text for load/unload outside explicit mode.
 var errControlMode = backendapi.Errorf(backendapi.Unavailable, "explicit model load / unload is not allowed if polling is enabled")
 
@@ -98,6 +108,9 @@ var errControlMode = backendapi.Errorf(backendapi.Unavailable, "explicit model l
 func (s *Supervisor) LoadModel(_ context.Context, name string, opts backendapi.LoadOptions) error {
 	if s.opts.ModelControl != ControlExplicit {
 		return errControlMode
+	}
+	if err := checkModelName(name); err != nil {
+		return err
 	}
 	if len(opts.Files) > 0 && opts.ConfigJSON == "" {
 		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s', the model configuration must be provided when model files are provided", name)
@@ -434,20 +447,33 @@ func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string
 		h.Write(files[k])
 	}
 	dir := filepath.Join(s.opts.CacheDir, "override", name+"-"+hex.EncodeToString(h.Sum(nil))[:16], name)
+	fail := func(err error) (string, error) {
+		// A path the file system refuses (a name over NAME_MAX, say) is
+		// Triton's repository poll failure.
+		return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	// Every write goes through an os.Root of the model's directory: a path
+	// that climbs out of it, by ".." or by a symbolic link already there,
+	// fails instead of writing elsewhere.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fail(err)
+	}
+	defer root.Close()
 	for _, k := range keys {
 		rel := strings.TrimPrefix(k, "file:")
 		clean := filepath.Clean(rel)
 		if rel == k || filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
 			return "", backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid file parameter '%s'", name, k)
 		}
-		path := filepath.Join(dir, clean)
-		// A path the file system refuses (a name over NAME_MAX, say) is
-		// Triton's repository poll failure.
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
+		if err := root.MkdirAll(filepath.Dir(clean), 0o755); err != nil {
+			return fail(err)
 		}
-		if err := os.WriteFile(path, files[k], 0o644); err != nil {
-			return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
+		if err := root.WriteFile(clean, files[k], 0o644); err != nil {
+			return fail(err)
 		}
 	}
 	return dir, nil

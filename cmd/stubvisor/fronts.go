@@ -27,6 +27,10 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 	if err != nil {
 		return nil, err
 	}
+	keep, err := c.keepalive.options()
+	if err != nil {
+		return nil, err
+	}
 	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
 		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace,
 		Restrictions: c.httpRestrict})
@@ -34,7 +38,7 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 		return nil, err
 	}
 	grpcSrv, err := frontend.NewGRPC(sup, frontend.GRPCOptions{Version: version, Logger: log, HTTP: srv, HeaderForwardPattern: c.grpcForward,
-		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout, Restrictions: c.grpcRestrict, ServerOptions: secure.grpc})
+		MaxMessageSize: c.maxGRPCMessage, BodyTimeout: c.bodyTimeout, Restrictions: c.grpcRestrict, ServerOptions: append(keep, secure.grpc...)})
 	if err != nil {
 		return nil, err
 	}

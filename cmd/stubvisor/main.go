@@ -65,6 +65,7 @@ type config struct {
 	grpcForward     string
 	triton          tritonFlags
 	tls             tlsFlags
+	keepalive       keepaliveFlags
 	httpRestrict    *frontend.Restrictions
 	grpcRestrict    *frontend.Restrictions
 	trace           frontend.TraceConfig
@@ -139,6 +140,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var(c.httpRestrict, "http-restricted-api", "<api>[,<api>...]:<header>=<value>: those HTTP API groups answer 403 unless the request has the header with that value (repeatable; groups: health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging)")
 	fs.Var(c.grpcRestrict, "grpc-restricted-protocol", "<protocol>[,<protocol>...]:<key>=<value>: those gRPC groups fail UNAVAILABLE unless the call carries metadata triton-grpc-protocol-<key> with that value (repeatable; groups as --http-restricted-api)")
 	c.tls.register(fs)
+	c.keepalive.register(fs)
 	c.triton.register(fs, c)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -166,6 +168,9 @@ func parseFlags(args []string) (*config, error) {
 		c.openai.ChatTemplate = string(b)
 	}
 	if err := c.tls.check(); err != nil {
+		return nil, err
+	}
+	if _, err := c.keepalive.options(); err != nil {
 		return nil, err
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)

@@ -27,10 +27,7 @@ var ignoredTritonFlags = []string{
 	"metrics-interval-ms", "metrics-config", "log-info", "log-warning", "log-error", "log-file",
 	"id", "server-id", "http-thread-count", "grpc-infer-allocation-pool-size",
 	"grpc-infer-thread-count", "grpc-max-response-pool-size", "reuse-http-port", "reuse-grpc-port",
-	"allow-sagemaker", "allow-vertex-ai", "grpc-keepalive-time", "grpc-keepalive-timeout",
-	"grpc-keepalive-permit-without-calls", "grpc-http2-max-pings-without-data",
-	"grpc-http2-min-recv-ping-interval-without-data", "grpc-http2-max-ping-strikes",
-	"grpc-infer-response-compression-level",
+	"allow-sagemaker", "allow-vertex-ai", "grpc-infer-response-compression-level",
 }
 
 // tritonFlags holds what the Triton spellings set until they are applied.
