@@ -247,6 +247,9 @@ func run(c *config) error {
 	for _, f := range c.triton.ignored {
 		log.Warn("ignoring a tritonserver flag that has no effect here", "flag", f)
 	}
+	if err := protectProcess(); err != nil {
+		log.Warn("could not make the server non-dumpable; model code could read its memory", "error", err)
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 
