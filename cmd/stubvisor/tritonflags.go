@@ -15,8 +15,11 @@ import (
 
 // ignoredTritonFlags take a value in tritonserver and have no effect here
 // (GPU memory pools, backends and agents we do not load, Triton's own
-// thread pools, caches and log files). The --trace-* flags are real
-// flags (main.go).
+// thread pools, caches and log files). Only flags whose ignoring is
+// harmless belong here: each has a row in docs/security.md saying why
+// (TestIgnoredFlagsDocumented). A flag that protects a deployment or
+// changes what a client may do must work or stay unknown, so that the
+// server refuses to start with it.
 var ignoredTritonFlags = []string{
 	"backend-directory", "repoagent-directory", "cache-directory",
 	"pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
