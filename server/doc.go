@@ -10,6 +10,11 @@
 // conversion) live in their own files so that the gRPC front end can share
 // them.
 //
+// Restricted API groups (--http-restricted-api, --grpc-restricted-protocol)
+// are decided in one place, restrict.go, for both front ends: HTTP at route
+// dispatch, gRPC in interceptors (restrict_grpc.go), every route and RPC
+// in a group.
+//
 // The infer path is written for throughput: the JSON header of an infer
 // request is decoded by a small purpose-built scanner straight into
 // little-endian tensor bytes, binary tensors alias the request body,

@@ -16,6 +16,7 @@
 //	doc.go          this description
 //	supervisor.go   Supervisor, Options, New/Close, lookups, Infer, Stubs
 //	repository.go   loading, unloading, polling the repositories, the index
+//	override.go     a load request's model name checked and its files written, confined
 //	loadlock.go     the lock of each model name (loads of different models run at once)
 //	runtime.go      Python interpreters (EXECUTION_ENV_PATH), building Go models
 //	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups

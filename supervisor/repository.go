@@ -91,16 +91,6 @@ func (s *Supervisor) isEnsembleDir(dirs []modelconfig.ModelDir, name string) boo
 	return false
 }
 
-// checkModelName refuses a model name that is not a single path
-// element: the name becomes a directory name (file overrides), so '/',
-// '\\', NUL, "." and ".." could name another place.
-func checkModelName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
-		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid model name: a model name is one directory name, without '/', '\\', NUL, or '.' and '..'", name)
-	}
-	return nil
-}
-
 // errControlMode is Triton's text for load/unload outside explicit mode.
 var errControlMode = backendapi.Errorf(backendapi.Unavailable, "explicit model load / unload is not allowed if polling is enabled")
 
@@ -431,52 +421,6 @@ func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir string) (*in
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "auto_complete_config of model '%s' produced an invalid config: %s", cfg.GetName(), backendapi.MessageOf(err))
 	}
 	return completed, nil
-}
-
-// writeOverride materialises the file:<version>/<path> contents of a load
-// request as a model directory in the cache.
-func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string, error) {
-	h := sha256.New()
-	keys := make([]string, 0, len(files))
-	for k := range files {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		h.Write([]byte(k))
-		h.Write(files[k])
-	}
-	dir := filepath.Join(s.opts.CacheDir, "override", name+"-"+hex.EncodeToString(h.Sum(nil))[:16], name)
-	fail := func(err error) (string, error) {
-		// A path the file system refuses (a name over NAME_MAX, say) is
-		// Triton's repository poll failure.
-		return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fail(err)
-	}
-	// Every write goes through an os.Root of the model's directory: a path
-	// that climbs out of it, by ".." or by a symbolic link already there,
-	// fails instead of writing elsewhere.
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fail(err)
-	}
-	defer root.Close()
-	for _, k := range keys {
-		rel := strings.TrimPrefix(k, "file:")
-		clean := filepath.Clean(rel)
-		if rel == k || filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
-			return "", backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid file parameter '%s'", name, k)
-		}
-		if err := root.MkdirAll(filepath.Dir(clean), 0o755); err != nil {
-			return fail(err)
-		}
-		if err := root.WriteFile(clean, files[k], 0o644); err != nil {
-			return fail(err)
-		}
-	}
-	return dir, nil
 }
 
 // unloadDeadline bounds the stop of an unloaded version: requests may run
