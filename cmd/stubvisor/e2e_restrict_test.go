@@ -251,3 +251,46 @@ func TestRestrictedFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestRestrictedOnlyNamedGroups: the groups not named stay open, whatever
+// headers come with a request (NVIDIA's test_sanity), and a group's header
+// opens only that group.
+func TestRestrictedOnlyNamedGroups(t *testing.T) {
+	s := startServer(t, t.TempDir(), "--http-restricted-api=model-repository:admin-key=admin-value",
+		"--http-restricted-api=inference,metadata:infer-key=infer-value",
+		"--grpc-restricted-protocol=model-repository:admin-key=admin-value",
+		"--grpc-restricted-protocol=inference,health:infer-key=infer-value")
+	for _, hdr := range [][]string{nil, {"infer-key", "infer-value"}, {"admin-key", "wrong"}} {
+		if code, _, body := s.do("GET", "/v2/models/stats", nil, hdr...); code != 200 {
+			t.Errorf("statistics with %q: %d %s", hdr, code, body)
+		}
+		if code, _, body := s.do("GET", "/v2/health/live", nil, hdr...); code != 200 {
+			t.Errorf("health over HTTP with %q: %d %s", hdr, code, body)
+		}
+	}
+	if code, _, body := s.do("POST", "/v2/repository/index", nil, "infer-key", "infer-value"); code != 403 ||
+		httpErrorText(t, body) != "This API is restricted, expecting header 'admin-key'" {
+		t.Errorf("index with the inference header: %d %s", code, body)
+	}
+	if code, _, body := s.do("GET", "/v2", nil, "infer-key", "infer-value"); code != 200 {
+		t.Errorf("metadata with its header: %d %s", code, body)
+	}
+	_, client := grpcClient(t, s)
+	if _, err := client.ModelStatistics(callCtx(t), &pb.ModelStatisticsRequest{}); err != nil {
+		t.Errorf("gRPC statistics without metadata: %v", err)
+	}
+	if _, err := client.ServerMetadata(callCtx(t), &pb.ServerMetadataRequest{}); err != nil {
+		t.Errorf("gRPC metadata (restricted over HTTP only): %v", err)
+	}
+	_, err := client.ServerLive(callCtx(t), &pb.ServerLiveRequest{})
+	wantStatus(t, err, codes.Unavailable, "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'")
+	ctx := metadata.AppendToOutgoingContext(callCtx(t), "triton-grpc-protocol-infer-key", "infer-value")
+	if _, err := client.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil {
+		t.Errorf("gRPC health with its metadata: %v", err)
+	}
+	_, err = client.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "simple"})
+	wantStatus(t, err, codes.Unavailable, "This protocol is restricted, expecting header 'triton-grpc-protocol-admin-key'")
+	ctx = metadata.AppendToOutgoingContext(callCtx(t), "triton-grpc-protocol-admin-key", "admin-value")
+	_, err = client.RepositoryModelUnload(ctx, &pb.RepositoryModelUnloadRequest{ModelName: "simple"})
+	wantStatus(t, err, codes.Unavailable, "explicit model load / unload is not allowed if polling is enabled")
+}
