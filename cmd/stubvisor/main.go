@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -142,7 +143,14 @@ func parseFlags(args []string) (*config, error) {
 	c.tls.register(fs)
 	c.keepalive.register(fs)
 	c.triton.register(fs, c)
+	// A bad flag is reported once, by main (launch scripts grep the log
+	// for tritonserver's messages and count them); -help prints the usage.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.Usage()
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
