@@ -86,6 +86,11 @@ func (t *tlsFlags) grpcFiles() (f tlsfiles.Files, ok bool, err error) {
 	return f, true, nil
 }
 
+// any reports whether any listener is to serve TLS.
+func (t *tlsFlags) any() bool {
+	return t.grpcUseSSL || t.grpcMutualSet || t.http.Cert != "" || t.metrics.Cert != ""
+}
+
 // check refuses settings that would serve plaintext where TLS was meant.
 func (t *tlsFlags) check() error {
 	if _, _, err := t.grpcFiles(); err != nil {
