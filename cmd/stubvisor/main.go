@@ -138,10 +138,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.openai.ToolCallParser, "tool-call-parser", "", "OpenAI API: parse tool calls in chat output: llama3 or mistral")
 	fs.StringVar(&c.chatTemplate, "chat-template", "", "OpenAI API: a Jinja chat template file used for every model instead of its own")
 	fs.IntVar(&c.openai.DefaultMaxTokens, "default-max-tokens", openai.DefaultMaxTokens, "OpenAI API: max_tokens of a request that sets none")
-	fs.Var(c.httpRestrict, "http-restricted-api", "<api>[,<api>...]:<header>=<value>: those HTTP API groups answer 403 unless the request has the header with that value (repeatable; groups: health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging)")
-	fs.Var(c.grpcRestrict, "grpc-restricted-protocol", "<protocol>[,<protocol>...]:<key>=<value>: those gRPC groups fail UNAVAILABLE unless the call carries metadata triton-grpc-protocol-<key> with that value (repeatable; groups as --http-restricted-api)")
-	c.tls.register(fs)
-	c.keepalive.register(fs)
+	c.registerSecurity(fs)
 	c.triton.register(fs, c)
 	// A bad flag is reported once, by main (launch scripts grep the log
 	// for tritonserver's messages and count them); -help prints the usage.
@@ -175,15 +172,7 @@ func parseFlags(args []string) (*config, error) {
 		}
 		c.openai.ChatTemplate = string(b)
 	}
-	if err := c.tls.check(); err != nil {
-		return nil, err
-	}
-	// The OpenAI listener has neither restricted APIs nor TLS yet: a
-	// deployment that asks for either must not get an open side door.
-	if c.openaiPort >= 0 && (!c.httpRestrict.Empty() || !c.grpcRestrict.Empty() || c.tls.any()) {
-		return nil, errors.New("--openai-port cannot be combined with restricted APIs or TLS yet: the OpenAI API would serve without them")
-	}
-	if _, err := c.keepalive.options(); err != nil {
+	if err := c.checkSecurity(); err != nil {
 		return nil, err
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
@@ -337,4 +326,21 @@ func run(c *config) error {
 	wg.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// checkSecurity refuses settings under which a listener would serve with
+// less protection than the flags asked for.
+func (c *config) checkSecurity() error {
+	if err := c.tls.check(); err != nil {
+		return err
+	}
+	if _, err := c.keepalive.options(); err != nil {
+		return err
+	}
+	// The OpenAI listener has neither restricted APIs nor TLS yet: a
+	// deployment that asks for either must not get an open side door.
+	if c.openaiPort >= 0 && (!c.httpRestrict.Empty() || !c.grpcRestrict.Empty() || c.tls.any()) {
+		return errors.New("--openai-port cannot be combined with restricted APIs or TLS yet: the OpenAI API would serve without them")
+	}
+	return nil
 }

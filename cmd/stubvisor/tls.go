@@ -51,6 +51,15 @@ func (f boolSetFlag) Set(s string) error {
 	return nil
 }
 
+// registerSecurity adds the flags of restricted APIs, TLS and the gRPC
+// keepalive policy to fs.
+func (c *config) registerSecurity(fs *flag.FlagSet) {
+	fs.Var(c.httpRestrict, "http-restricted-api", "<api>[,<api>...]:<header>=<value>: those HTTP API groups answer 403 unless the request has the header with that value (repeatable; groups: health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging)")
+	fs.Var(c.grpcRestrict, "grpc-restricted-protocol", "<protocol>[,<protocol>...]:<key>=<value>: those gRPC groups fail UNAVAILABLE unless the call carries metadata triton-grpc-protocol-<key> with that value (repeatable; groups as --http-restricted-api)")
+	c.tls.register(fs)
+	c.keepalive.register(fs)
+}
+
 // register adds the TLS flags to fs.
 func (t *tlsFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&t.grpcUseSSL, "grpc-use-ssl", false, "serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)")
