@@ -132,6 +132,18 @@ func groupByName(name string) APIGroup {
 	return -1
 }
 
+// Refusal returns "" when a request of the named group with headers get
+// may go on, else the text to refuse it with. A front end that does not
+// import this package (the OpenAI API) applies the same rules through it;
+// a group name that is not Triton's is refused, never let through.
+func (r *Restrictions) Refusal(group string, get func(header string) string) string {
+	g := groupByName(group)
+	if g < 0 {
+		return fmt.Sprintf("unknown restricted api '%s'", group)
+	}
+	return r.check(g, get)
+}
+
 // Empty reports whether nothing is restricted.
 func (r *Restrictions) Empty() bool {
 	if r == nil {

@@ -241,8 +241,6 @@ func TestRestrictedFlags(t *testing.T) {
 			"restricted protocol 'health' can not be specified in multiple config groups"},
 		{[]string{"--http-restricted-api=health:k1"}, "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health:k1"},
 		{[]string{"--grpc-restricted-protocol=health:k1="}, "--grpc-restricted-protocol option format is"},
-		{[]string{"--openai-port=0", "--http-restricted-api=inference:k=v"}, "--openai-port cannot be combined with restricted APIs or TLS yet"},
-		{[]string{"--openai-port=0", "--grpc-restricted-protocol=inference:k=v"}, "--openai-port cannot be combined with restricted APIs or TLS yet"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

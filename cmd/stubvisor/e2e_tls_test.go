@@ -25,7 +25,7 @@ import (
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
-	"github.com/stubvisor/stubvisor/tlsfiles/tlstest"
+	"github.com/stubvisor/stubvisor/server/tlsfiles/tlstest"
 )
 
 // tlsSetup is a directory of certificates: a server CA and leaf, a client
@@ -273,8 +273,6 @@ func TestTLSFlagErrors(t *testing.T) {
 		{[]string{"--http-tls-cert", c.path("server.crt"), "--http-tls-key", c.path("junk")}, "HTTP TLS: tlsfiles: load"},
 		{[]string{"--http-tls-cert", c.path("server.crt"), "--http-tls-key", c.path("server.key"), "--http-tls-client-ca", c.path("junk")},
 			"no PEM certificate in the client CA file"},
-		{[]string{"--openai-port=0", "--grpc-use-ssl=true", "--grpc-server-cert", c.path("server.crt"), "--grpc-server-key", c.path("server.key")},
-			"--openai-port cannot be combined with restricted APIs or TLS yet"},
 	}
 	for i, tc := range cases {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {

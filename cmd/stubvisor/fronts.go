@@ -47,6 +47,9 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 	o := c.openai
 	o.Logger, o.Repositories, o.Metrics, o.Trace = log, c.repos, srv.MetricsHandler(), srv.TraceHTTP
 	o.MaxInputSize, o.BodyTimeout = c.maxInputSize, c.bodyTimeout
+	// It is an HTTP port: --http-restricted-api and the HTTP listener's
+	// TLS settings hold there too, so it is no side door around them.
+	o.Admit = c.httpRestrict.Refusal
 	oaiSrv, err := openai.New(sup, o)
 	if err != nil {
 		return nil, err
@@ -60,7 +63,7 @@ func (f *frontEnds) services(c *config) []service {
 		{"HTTP", c.httpPort, func(l net.Listener) error { return f.http.Serve(wrap(l, f.secure.http)) }, f.secure.http != nil},
 		{"gRPC", c.grpcPort, f.grpc.Serve, f.secure.grpc != nil},
 		{"metrics", c.metricsPort, func(l net.Listener) error { return f.http.ServeMetrics(wrap(l, f.secure.metrics)) }, f.secure.metrics != nil},
-		{"OpenAI", c.openaiPort, f.openai.Serve, false},
+		{"OpenAI", c.openaiPort, func(l net.Listener) error { return f.openai.Serve(wrap(l, f.secure.http)) }, f.secure.http != nil},
 	}
 }
 

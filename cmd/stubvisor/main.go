@@ -337,10 +337,5 @@ func (c *config) checkSecurity() error {
 	if _, err := c.keepalive.options(); err != nil {
 		return err
 	}
-	// The OpenAI listener has neither restricted APIs nor TLS yet: a
-	// deployment that asks for either must not get an open side door.
-	if c.openaiPort >= 0 && (!c.httpRestrict.Empty() || !c.grpcRestrict.Empty() || c.tls.any()) {
-		return errors.New("--openai-port cannot be combined with restricted APIs or TLS yet: the OpenAI API would serve without them")
-	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/stubvisor/stubvisor/tlsfiles"
+	"github.com/stubvisor/stubvisor/server/tlsfiles"
 )
 
 // tlsFlags are the TLS settings of the three listeners. gRPC takes

@@ -68,6 +68,8 @@ func errorType(status int) string {
 		return "rate_limit_error"
 	case status == http.StatusNotFound:
 		return "not_found_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
 	case status < 500:
 		return "invalid_request_error"
 	}

@@ -59,6 +59,13 @@ type Options struct {
 	// request makes (the server's --trace-config): submit is called with
 	// the request just before the backend gets it, end once it is over.
 	Trace func(r *http.Request, model string) (submit func(*backendapi.InferRequest), end func())
+	// Admit, when set, is asked before each request is served with the
+	// Triton API group the request belongs to ("inference" for
+	// completions, chat and embeddings, "metadata" for the model list,
+	// "health", "statistics" for /metrics) and a header getter; a non-empty
+	// answer refuses the request with 403 and that message, so the
+	// --http-restricted-api rules cover this port too.
+	Admit func(group string, header func(name string) string) string
 }
 
 // Server serves the OpenAI API for one backend.
@@ -121,6 +128,9 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // wrong method 405, both as OpenAI error objects.
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
+	if !s.admit(w, r, p) {
+		return
+	}
 	switch p {
 	case "/v1/models":
 		if allow(w, r, http.MethodGet) {
@@ -160,6 +170,28 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, &apiError{status: http.StatusNotFound, msg: "Not Found: " + p})
+}
+
+// admit answers 403 and returns false when Options.Admit refuses the group
+// of path p.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, p string) bool {
+	if s.opts.Admit == nil {
+		return true
+	}
+	group := "inference"
+	switch {
+	case p == "/v1/models" || strings.HasPrefix(p, "/v1/models/"):
+		group = "metadata"
+	case p == "/health/ready":
+		group = "health"
+	case p == "/metrics":
+		group = "statistics"
+	}
+	if msg := s.opts.Admit(group, r.Header.Get); msg != "" {
+		writeError(w, &apiError{status: http.StatusForbidden, msg: msg})
+		return false
+	}
+	return true
 }
 
 // allow answers 405 unless r uses method.

@@ -1,4 +1,4 @@
-package stubvisor_test
+package main
 
 // Checks of the tree's shape that would otherwise be counted by hand: the
 // import arrows docs/architecture.md allows, file and function sizes, and
@@ -21,12 +21,15 @@ import (
 
 const module = "github.com/stubvisor/stubvisor"
 
+// repoRoot is the module's root, seen from this package's directory.
+var repoRoot = filepath.Join("..", "..")
+
 // allowedArrows reads the import arrows docs/architecture.md allows: the
 // lines "from -> to, to..." of its block between the "allowed imports"
 // markers, paths relative to the module.
 func allowedArrows(t *testing.T) map[string][]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("docs", "architecture.md"))
+	f, err := os.Open(filepath.Join(repoRoot, "docs", "architecture.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +68,9 @@ func allowedArrows(t *testing.T) map[string][]string {
 // cycle in the allowed list: dependencies point one way.
 func TestImportArrows(t *testing.T) {
 	allowed := allowedArrows(t)
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
+	list := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	list.Dir = repoRoot
+	out, err := list.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
@@ -116,11 +121,11 @@ func TestImportArrows(t *testing.T) {
 func goFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+		if d.IsDir() && path != repoRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && strings.HasSuffix(path, ".go") {

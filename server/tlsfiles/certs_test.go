@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stubvisor/stubvisor/tlsfiles/tlstest"
+	"github.com/stubvisor/stubvisor/server/tlsfiles/tlstest"
 )
 
 // handshake connects to l's address trusting ca (with client, if any)
