@@ -328,6 +328,14 @@ type StubStatus struct {
 	PoolHighWater uint64        `json:"pool_bytes_high_water"`
 	Uptime        time.Duration `json:"-"`
 	Executions    uint64        `json:"executions"`
+	// Requests counts the requests the current stub process has served:
+	// its age in requests, as Uptime is its age in time.
+	Requests uint64 `json:"requests"`
+	// The stub process's cost as /proc shows it; zero while no stub runs.
+	RSSBytes   uint64  `json:"rss_bytes"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	OpenFDs    int     `json:"open_fds"`
+	Threads    int     `json:"threads"`
 }
 
 // MetricKind is the kind of a custom metric family.
@@ -368,6 +376,23 @@ type ModelStubs struct {
 	Stubs   []StubStatus `json:"stubs"`
 	// Steps are an ensemble's steps (it has no stubs of its own).
 	Steps []EnsembleStep `json:"steps,omitempty"`
+	// History is the last minutes of the version's figures, oldest
+	// first, one sample a second.
+	History []Sample `json:"history,omitempty"`
+}
+
+// Sample is one point of a model version's history: the memory of each
+// stub and the latency of the requests that finished since the sample
+// before.
+type Sample struct {
+	UnixMS int64 `json:"t"`
+	// Requests finished since the previous sample, and their mean latency
+	// (0 when none finished).
+	Requests  uint64  `json:"requests"`
+	LatencyUS float64 `json:"latency_us"`
+	// RSS maps each instance that has a live stub to its resident set
+	// size in bytes.
+	RSS map[string]uint64 `json:"rss"`
 }
 
 // EnsembleStep is one step of an ensemble as the status page shows it.

@@ -181,12 +181,18 @@ func TestStubsAndStatusPage(t *testing.T) {
 	ts.b.stubs = sampleStubs()
 	want := `[{"model":"add_sub","version":"1","state":"READY","stubs":[{"instance":"add_sub_0_0","kind":"python","pid":4242,"state":"ready",` +
 		`"restarts":3,"last_exit_cause":"killed by signal 9","in_flight":1,"ring_depth_in":0,"ring_depth_out":0,"pool_bytes_in_use":1048576,` +
-		`"pool_bytes_capacity":67108864,"pool_bytes_high_water":2097152,"executions":77,"heartbeat_age_ms":250,"uptime_s":90}]}]`
+		`"pool_bytes_capacity":67108864,"pool_bytes_high_water":2097152,"executions":77,"requests":12,"rss_bytes":52428800,"cpu_seconds":1.5,` +
+		`"open_fds":9,"threads":3,"heartbeat_age_ms":250,"uptime_s":90}]}]`
 	for _, p := range []string{"/v2/stubs", "/v2/models/add_sub/stubs", "/v2/models/add_sub/versions/1/stubs"} {
 		r := ts.do(t, "GET", p, nil, nil)
 		if r.status != 200 || string(r.body) != want {
 			t.Fatalf("%s: %d %s\nwant %s", p, r.status, r.body, want)
 		}
+	}
+	// ?history=1 adds the version's samples (the status page's plots).
+	withHistory := strings.TrimSuffix(want, "]}]") + `],"history":[{"t":1000,"requests":4,"latency_us":250,"rss":{"add_sub_0_0":52428800}}]}]`
+	if r := ts.do(t, "GET", "/v2/stubs?history=1", nil, nil); r.status != 200 || string(r.body) != withHistory {
+		t.Fatalf("with history: %d %s\nwant %s", r.status, r.body, withHistory)
 	}
 	if r := ts.do(t, "GET", "/v2/models/add_sub/versions/2/stubs", nil, nil); r.status != 200 || string(r.body) != `[]` {
 		t.Fatalf("other version: %d %s", r.status, r.body)
@@ -199,13 +205,15 @@ func TestStubsAndStatusPage(t *testing.T) {
 		t.Fatalf("status page: %d %v", r.status, r.header)
 	}
 	page := string(r.body)
-	for _, must := range []string{`fetch("/v2/stubs"`, `"data-instance"`, `"data-restarts"`, `"data-state"`, `setInterval(refresh, 1000)`} {
+	for _, must := range []string{`fetch("/v2/stubs?history=1"`, `"data-instance"`, `"data-restarts"`, `"data-state"`, `setInterval(refresh, 1000)`} {
 		if !strings.Contains(page, must) {
 			t.Errorf("status page lacks %s", must)
 		}
 	}
+	// The SVG namespace is a name, not an asset the page loads.
+	local := strings.ReplaceAll(page, `"http://www.w3.org/2000/svg"`, "")
 	for _, external := range []string{"http://", "https://", "<link", "src="} {
-		if strings.Contains(page, external) {
+		if strings.Contains(local, external) {
 			t.Errorf("status page refers to an external asset (%s)", external)
 		}
 	}
@@ -258,6 +266,11 @@ func TestMetrics(t *testing.T) {
 		`stubvisor_stub_in_flight{instance="add_sub_0_0",model="add_sub",version="1"} 1`,
 		`stubvisor_stub_heartbeat_age_seconds{instance="add_sub_0_0",model="add_sub",version="1"} 0.25`,
 		`stubvisor_stub_executions_total{instance="add_sub_0_0",model="add_sub",version="1"} 77`,
+		`stubvisor_stub_requests{instance="add_sub_0_0",model="add_sub",version="1"} 12`,
+		`stubvisor_stub_resident_memory_bytes{instance="add_sub_0_0",model="add_sub",version="1"} 5.24288e+07`,
+		`stubvisor_stub_cpu_seconds_total{instance="add_sub_0_0",model="add_sub",version="1"} 1.5`,
+		`stubvisor_stub_open_fds{instance="add_sub_0_0",model="add_sub",version="1"} 9`,
+		`stubvisor_stub_threads{instance="add_sub_0_0",model="add_sub",version="1"} 3`,
 		"# TYPE nv_inference_request_success counter",
 		"go_goroutines ",
 		"# HELP requests_seen Requests a model counted",

@@ -440,8 +440,10 @@ func sampleStubs() []backendapi.ModelStubs {
 			Instance: "add_sub_0_0", Kind: "python", PID: 4242, State: backendapi.StubReady,
 			Restarts: 3, LastExitCause: "killed by signal 9", HeartbeatAge: 250 * time.Millisecond,
 			InFlight: 1, PoolInUse: 1 << 20, PoolCapacity: 64 << 20, PoolHighWater: 2 << 20,
-			Uptime: 90 * time.Second, Executions: 77,
+			Uptime: 90 * time.Second, Executions: 77, Requests: 12,
+			RSSBytes: 50 << 20, CPUSeconds: 1.5, OpenFDs: 9, Threads: 3,
 		}},
+		History: []backendapi.Sample{{UnixMS: 1000, Requests: 4, LatencyUS: 250, RSS: map[string]uint64{"add_sub_0_0": 50 << 20}}},
 	}}
 }
 

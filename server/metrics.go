@@ -59,6 +59,16 @@ var (
 		"Time since a stub process started", stubLabels, nil)
 	descStubExecutions = prometheus.NewDesc("stubvisor_stub_executions_total",
 		"Model executions a stub has run", stubLabels, nil)
+	descStubRequests = prometheus.NewDesc("stubvisor_stub_requests",
+		"Requests the current stub process has served (its age in requests)", stubLabels, nil)
+	descStubRSS = prometheus.NewDesc("stubvisor_stub_resident_memory_bytes",
+		"Resident set size of the current stub process", stubLabels, nil)
+	descStubCPU = prometheus.NewDesc("stubvisor_stub_cpu_seconds_total",
+		"User and system CPU time of the current stub process", stubLabels, nil)
+	descStubFDs = prometheus.NewDesc("stubvisor_stub_open_fds",
+		"Open file descriptors of the current stub process", stubLabels, nil)
+	descStubThreads = prometheus.NewDesc("stubvisor_stub_threads",
+		"Threads of the current stub process", stubLabels, nil)
 )
 
 var modelStates = []backendapi.ModelState{
@@ -96,6 +106,7 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput,
 		descModelState, descStubState, descStubRestarts, descStubPool, descStubInFlight, descStubRing,
 		descStubHeartbeat, descStubUptime, descStubExecutions,
+		descStubRequests, descStubRSS, descStubCPU, descStubFDs, descStubThreads,
 	} {
 		ch <- d
 	}
@@ -185,6 +196,13 @@ func collectStubs(ch chan<- prometheus.Metric, models []backendapi.ModelStubs) {
 			ch <- prometheus.MustNewConstMetric(descStubHeartbeat, prometheus.GaugeValue, st.HeartbeatAge.Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(descStubUptime, prometheus.GaugeValue, st.Uptime.Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(descStubExecutions, prometheus.CounterValue, float64(st.Executions), l...)
+			ch <- prometheus.MustNewConstMetric(descStubRequests, prometheus.GaugeValue, float64(st.Requests), l...)
+			if st.PID > 0 {
+				ch <- prometheus.MustNewConstMetric(descStubRSS, prometheus.GaugeValue, float64(st.RSSBytes), l...)
+				ch <- prometheus.MustNewConstMetric(descStubCPU, prometheus.CounterValue, st.CPUSeconds, l...)
+				ch <- prometheus.MustNewConstMetric(descStubFDs, prometheus.GaugeValue, float64(st.OpenFDs), l...)
+				ch <- prometheus.MustNewConstMetric(descStubThreads, prometheus.GaugeValue, float64(st.Threads), l...)
+			}
 		}
 	}
 }

@@ -23,13 +23,19 @@ type modelStubsJSON struct {
 	Stubs   []stubJSON            `json:"stubs"`
 	// Steps are an ensemble's steps.
 	Steps []backendapi.EnsembleStep `json:"steps,omitempty"`
+	// History is the last minutes, with ?history=1.
+	History []backendapi.Sample `json:"history,omitempty"`
 }
 
-// stubsJSON is the JSON form of the supervisor's view of its stubs.
-func stubsJSON(models []backendapi.ModelStubs) any {
+// stubsJSON is the JSON form of the supervisor's view of its stubs; the
+// history of each version only when asked for (the status page's plots).
+func stubsJSON(models []backendapi.ModelStubs, history bool) any {
 	out := make([]modelStubsJSON, 0, len(models))
 	for _, m := range models {
 		ms := modelStubsJSON{Model: m.Model, Version: m.Version, State: m.State, Reason: m.Reason, Stubs: make([]stubJSON, len(m.Stubs)), Steps: m.Steps}
+		if history {
+			ms.History = m.History
+		}
 		for i, st := range m.Stubs {
 			ms.Stubs[i] = stubJSON{
 				StubStatus:     st,
@@ -42,7 +48,8 @@ func stubsJSON(models []backendapi.ModelStubs) any {
 	return out
 }
 
-// handleStubs serves GET /v2/stubs and /v2/models/{m}[/versions/{v}]/stubs.
+// handleStubs serves GET /v2/stubs and /v2/models/{m}[/versions/{v}]/stubs
+// (?history=1 adds each version's last minutes).
 func (s *Server) handleStubs(w http.ResponseWriter, r *http.Request, model, version string) {
 	if _, ok := admitVersion(w, r, http.MethodGet, version); !ok {
 		return
@@ -62,7 +69,7 @@ func (s *Server) handleStubs(w http.ResponseWriter, r *http.Request, model, vers
 		models = kept
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, stubsJSON(models))
+	writeJSON(w, stubsJSON(models, r.URL.Query().Get("history") == "1"))
 }
 
 //go:embed status.html

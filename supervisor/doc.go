@@ -29,6 +29,7 @@
 //	readiness.go    a model's own is_ready(), one check at a time per instance
 //	stats.go        per-model statistics (failure reasons: sched's sentinels are REJECTED)
 //	metrics.go      custom metrics collected from every live stub and merged
+//	sampler.go      each second: every stub's /proc figures and the latency, kept five minutes
 //	shm.go          the client shared-memory endpoints (package clientshm)
 //
 // # Goroutines and who owns them
@@ -39,6 +40,7 @@
 // ring itself (stubproc's doc). The goroutines started here, by owner:
 //
 //   - Supervisor: poll (Options.ModelControl = poll; Close waits for it),
+//     sampleLoop (sampler.go; Close waits for it),
 //     startup loads (repository.go, joined in loadStartupModels) and
 //     Close's per-model stops (joined).
 //   - modelVersion: per-instance starts (joined in start), the drain
@@ -86,6 +88,9 @@
 //     BLS requests in flight), userReadiness.mu (one instance's readiness
 //     check), the merger's mutex in CustomMetrics, and the two mutexes of
 //     package cuda (its driver and each opened handle).
+//  8. histories.mu (sampler.go): the version histories; taken under
+//     Supervisor.mu (Stubs) and, alone, by sample, which takes
+//     instance.mu and stats.mu under it.
 //
 // Observed nestings: a model's load lock > Supervisor.mu (load);
 // Supervisor.mu > instance.mu, stubproc.Proc.mu (Ready, RepositoryIndex

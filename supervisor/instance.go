@@ -27,6 +27,7 @@ type instance struct {
 	// direct carries batches that must run on this instance (sequences).
 	direct     chan *stubproc.Batch
 	executions atomic.Uint64
+	execBase   uint64 // executions when the current stub became ready (under mu)
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
 
@@ -111,6 +112,7 @@ func (inst *instance) launch() (*stubproc.Proc, error) {
 	p.SetReadyFn(hasReadyFn(res.Value))
 	inst.mu.Lock()
 	inst.proc = p
+	inst.execBase = inst.executions.Load()
 	inst.state = backendapi.StubReady
 	inst.lastBeat = time.Now()
 	inst.mu.Unlock()
@@ -243,6 +245,7 @@ func (inst *instance) status() backendapi.StubStatus {
 		Restarts: inst.restarts, LastExitCause: inst.lastExit,
 		Executions: inst.executions.Load(),
 	}
+	st.Requests = st.Executions - inst.execBase
 	p := inst.proc
 	beat := inst.lastBeat
 	inst.mu.Unlock()

@@ -87,3 +87,11 @@ func failureReason(err error) backendapi.FailureReason {
 	}
 	return backendapi.FailureBackend
 }
+
+// successTotals returns how many requests succeeded and their summed
+// latency.
+func (s *stats) successTotals() (uint64, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.infer.Success.Count, s.infer.Success.Total
+}

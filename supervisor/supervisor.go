@@ -96,6 +96,9 @@ type Supervisor struct {
 	closing atomic.Bool
 	stopc   chan struct{}
 	pollWG  sync.WaitGroup
+	// sampleWG waits for sampleLoop, which fills hist (sampler.go).
+	sampleWG sync.WaitGroup
+	hist     histories
 
 	pyOnce sync.Once
 	pyDir  string
@@ -196,6 +199,8 @@ func New(opts Options) (*Supervisor, error) {
 		s.pollWG.Add(1)
 		go s.poll()
 	}
+	s.sampleWG.Add(1)
+	go s.sampleLoop()
 	return s, nil
 }
 
@@ -210,6 +215,7 @@ func (s *Supervisor) Close(timeout time.Duration) {
 	}
 	close(s.stopc)
 	s.pollWG.Wait()
+	s.sampleWG.Wait()
 	s.loads.close()
 	s.mu.Lock()
 	var all []*modelVersion
@@ -451,8 +457,11 @@ func (s *Supervisor) Stubs(_ context.Context, model string) ([]backendapi.ModelS
 			ms := backendapi.ModelStubs{Model: n, Version: strconv.FormatInt(mv.version, 10), State: st, Reason: why,
 				Stubs: make([]backendapi.StubStatus, 0, len(mv.instances)), Steps: mv.steps}
 			for _, inst := range mv.instances {
-				ms.Stubs = append(ms.Stubs, inst.status())
+				st := inst.status()
+				withProcStat(&st)
+				ms.Stubs = append(ms.Stubs, st)
 			}
+			ms.History = s.hist.of(mv)
 			out = append(out, ms)
 		}
 	}

@@ -1,0 +1,101 @@
+package procstat
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat. The kernel
+// reports them in USER_HZ, which is 100 on every Linux architecture.
+const userHZ = 100
+
+var pageSize = uint64(os.Getpagesize())
+
+// Read reads pid's figures. The process may exit between the files it
+// reads: a failure wraps the os error (fs.ErrNotExist once it is gone).
+func Read(pid int) (Stat, error) {
+	var st Stat
+	var buf [1024]byte
+	b, err := readSmall(fmt.Sprintf("/proc/%d/stat", pid), buf[:])
+	if err != nil {
+		return st, fmt.Errorf("procstat: %w", err)
+	}
+	if err := parseStat(b, &st); err != nil {
+		return st, fmt.Errorf("procstat: pid %d: %w", pid, err)
+	}
+	n, err := countFDs(pid)
+	if err != nil {
+		return st, fmt.Errorf("procstat: %w", err)
+	}
+	st.OpenFDs = n
+	return st, nil
+}
+
+// parseStat takes utime, stime, num_threads and rss from the contents of
+// /proc/<pid>/stat. The command name (field 2) is in parentheses and may
+// hold spaces and parentheses itself, so fields are counted from the last
+// ')'.
+func parseStat(b []byte, st *Stat) error {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return fmt.Errorf("malformed stat %q", b)
+	}
+	fields := bytes.Fields(b[i+1:])
+	// fields[0] is field 3 (state): field k is fields[k-3].
+	const utime, stime, threads, rss = 14, 15, 20, 24
+	if len(fields) < rss-2 {
+		return fmt.Errorf("stat has %d fields, want at least %d", len(fields)+2, rss)
+	}
+	num := func(k int) (uint64, error) { return strconv.ParseUint(string(fields[k-3]), 10, 64) }
+	u, err1 := num(utime)
+	s, err2 := num(stime)
+	t, err3 := num(threads)
+	r, err4 := strconv.ParseInt(string(fields[rss-3]), 10, 64)
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			return fmt.Errorf("stat: %w", err)
+		}
+	}
+	st.CPUSeconds = float64(u+s) / userHZ
+	st.Threads = int(t)
+	if r > 0 {
+		st.RSSBytes = uint64(r) * pageSize
+	}
+	return nil
+}
+
+// readSmall reads a /proc file that fits in buf with one read.
+func readSmall(path string, buf []byte) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	return buf[:n], nil
+}
+
+// countFDs counts the entries of /proc/<pid>/fd.
+func countFDs(pid int) (int, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := 0
+	for {
+		names, err := f.Readdirnames(256)
+		n += len(names)
+		if err != nil || len(names) == 0 {
+			break
+		}
+	}
+	return n, nil
+}
