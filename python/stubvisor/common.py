@@ -65,6 +65,23 @@ def _clip(text, limit=_TEXT_MAX):
     return text[:limit] + "... (%d more characters)" % (len(text) - limit)
 
 
+# _EXIT_OVER_MEMORY is the exit status of a stub whose allocation failed
+# under the memory limit the supervisor set on it with setrlimit (the
+# environment names it, STUBVISOR_MEMORY_RLIMIT); the supervisor reports
+# the exit as "over memory limit". Under a cgroup limit the kernel kills
+# the stub instead.
+_EXIT_OVER_MEMORY = 86
+
+
+def _over_memory(exc):
+    """Exit as over the memory limit when exc is the MemoryError of an
+    allocation the supervisor's limit refused; otherwise return."""
+    if isinstance(exc, MemoryError) and os.environ.get("STUBVISOR_MEMORY_RLIMIT"):
+        sys.stderr.write("stub: MemoryError under the memory limit of %s bytes\n"
+                         % os.environ["STUBVISOR_MEMORY_RLIMIT"])
+        _exit_now(_EXIT_OVER_MEMORY)
+
+
 def _exit_now(code):
     """Leave at once: flush what the model printed, skip interpreter
     teardown (the supervisor owns the region; other threads may be in

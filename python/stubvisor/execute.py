@@ -22,6 +22,7 @@ from .common import (
     _K_EXECUTE_DONE,
     _K_RESPONSE,
     _clip,
+    _over_memory,
 )
 from .fields import (
     EXECUTE_REQUESTS,
@@ -232,6 +233,7 @@ class ExecuteMixin:
         return _clip("Failed to process the request(s) for model '" + self.instance + "', message: " + describe(exc))
 
     def _fail_batch(self, batch_id, requests, exc):
+        _over_memory(exc)
         text = self._batch_error_text(exc)
         self._diag("ERROR", text)
         # The supervisor fails every request without a final response; no

@@ -17,6 +17,7 @@ from .common import (
     _K_RESULT,
     _clip,
     _exit_now,
+    _over_memory,
 )
 from .fields import (
     AUTO_COMPLETE_CONFIG_JSON,
@@ -95,6 +96,7 @@ class LifecycleMixin:
                 self.model.initialize(dict(args))
             self.initialized = True
         except Exception as exc:
+            _over_memory(exc)
             self.model = None
             text = _clip(describe(exc))
             self._diag("ERROR", "Failed to initialize Python stub: " + text)
