@@ -1,142 +1,74 @@
 package supervisor
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 )
 
-// prepMu serialises unpacking environments and building Go models, which
-// share cache directories.
+// prepMu serialises building Go models, which share a cache directory.
 var prepMu sync.Mutex
 
-// interpreterFor returns the Python interpreter of a model: the server's,
-// or bin/python3 of the model's EXECUTION_ENV_PATH (a directory, or a
-// .tar.gz/.tgz/.tar packed environment unpacked once into the cache).
-// "$$TRITON_MODEL_DIRECTORY" in the path is the model directory, as in
-// Triton.
+// interpreterFor returns the Python interpreter of a model after checking
+// it (pythonEnv).
 func (s *Supervisor) interpreterFor(cfg *inferencepb.ModelConfig, dir string) (string, error) {
+	env, err := s.pythonEnv(cfg, dir)
+	return env.python, err
+}
+
+// pyEnvInfo is a model's Python environment, ready for its stubs.
+type pyEnvInfo struct {
+	python string
+	// root is the environment's directory, "" for the server's
+	// interpreter.
+	root    string
+	version string // the interpreter's, "3.11.2"
+	// prepare is how long finding or unpacking the environment took,
+	// probe how long the interpreter check ran.
+	prepare, probe time.Duration
+}
+
+// pythonEnv prepares a model's Python: the server's, or bin/python3 of the
+// model's EXECUTION_ENV_PATH (a directory, a venv, or a .tar.gz/.tgz/.tar
+// packed environment unpacked once per content hash into the cache; see
+// package pyenv). "$$TRITON_MODEL_DIRECTORY" in the path is the model
+// directory, as in Triton. The interpreter is then checked (its version
+// and numpy), so a wrong one fails the load with what is wrong instead of
+// a stub that dies at start.
+func (s *Supervisor) pythonEnv(cfg *inferencepb.ModelConfig, dir string) (pyEnvInfo, error) {
+	info := pyEnvInfo{python: s.opts.Python}
 	env, ok := modelconfig.Parameter(cfg, modelconfig.ParamExecutionEnvPath)
-	if !ok || env == "" {
-		return s.opts.Python, nil
-	}
-	env = strings.ReplaceAll(env, "$$TRITON_MODEL_DIRECTORY", dir)
-	if !filepath.IsAbs(env) {
-		env = filepath.Join(dir, env)
-	}
-	info, err := os.Stat(env)
-	if err != nil {
-		return "", backendapi.Errorf(backendapi.InvalidArg, "model '%s': EXECUTION_ENV_PATH: %v", cfg.GetName(), err)
-	}
-	root := env
-	if !info.IsDir() {
-		if root, err = s.unpackEnv(env, info); err != nil {
-			return "", backendapi.Errorf(backendapi.InvalidArg, "model '%s': EXECUTION_ENV_PATH: %v", cfg.GetName(), err)
+	if ok && env != "" {
+		env = strings.ReplaceAll(env, "$$TRITON_MODEL_DIRECTORY", dir)
+		if !filepath.IsAbs(env) {
+			env = filepath.Join(dir, env)
 		}
-	}
-	py := filepath.Join(root, "bin", "python3")
-	if _, err := os.Stat(py); err != nil {
-		return "", backendapi.Errorf(backendapi.InvalidArg, "model '%s': EXECUTION_ENV_PATH %s has no bin/python3", cfg.GetName(), env)
-	}
-	return py, nil
-}
-
-// unpackEnv unpacks a packed environment once; the cache key is the
-// archive's path, size and modification time.
-func (s *Supervisor) unpackEnv(archive string, info fs.FileInfo) (string, error) {
-	key := sha256.Sum256([]byte(fmt.Sprintf("%s|%d|%d", archive, info.Size(), info.ModTime().UnixNano())))
-	dest := filepath.Join(s.opts.CacheDir, "envs", hex.EncodeToString(key[:8]))
-	prepMu.Lock()
-	defer prepMu.Unlock()
-	if _, err := os.Stat(dest); err == nil {
-		return dest, nil
-	}
-	tmp := dest + ".tmp"
-	_ = os.RemoveAll(tmp)
-	if err := untar(archive, tmp); err != nil {
-		_ = os.RemoveAll(tmp)
-		return "", fmt.Errorf("unpack %s: %w", archive, err)
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		return "", fmt.Errorf("unpack %s: %w", archive, err)
-	}
-	return dest, nil
-}
-
-// untar extracts a tar or gzip-compressed tar, refusing entries that would
-// land outside dest.
-func untar(archive, dest string) error {
-	f, err := os.Open(archive)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(archive, ".gz") || strings.HasSuffix(archive, ".tgz") {
-		gz, err := gzip.NewReader(f)
+		prepared, err := s.envs.Prepare(env)
 		if err != nil {
-			return err
+			return info, backendapi.Errorf(backendapi.InvalidArg, "model '%s': EXECUTION_ENV_PATH: %v", cfg.GetName(), err)
 		}
-		defer gz.Close()
-		r = gz
+		if prepared.Unpacked {
+			s.log.Info("unpacked execution environment", "model", cfg.GetName(), "archive", env, "dir", prepared.Root, "took", prepared.Took)
+		}
+		info.python, info.root, info.prepare = prepared.Python, prepared.Root, prepared.Took
 	}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		name := filepath.Clean(h.Name)
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("entry %q escapes the archive", h.Name)
-		}
-		path := filepath.Join(dest, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(path, 0o755)
-		case tar.TypeReg:
-			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-				err = writeFile(path, tr, fs.FileMode(h.Mode)&0o777)
-			}
-		case tar.TypeSymlink:
-			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-				err = os.Symlink(h.Linkname, path)
-			}
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
-func writeFile(path string, r io.Reader, mode fs.FileMode) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	it, err := s.envs.Check(info.python)
 	if err != nil {
-		return err
+		return info, backendapi.Errorf(backendapi.InvalidArg, "model '%s': %v", cfg.GetName(), err)
 	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	info.version, info.probe = it.Version, it.Took
+	return info, nil
 }
 
 // goModelBinary returns the executable of a Go-native model version: the

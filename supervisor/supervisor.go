@@ -19,6 +19,7 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/python"
 	"github.com/stubvisor/stubvisor/supervisor/clientshm"
+	"github.com/stubvisor/stubvisor/supervisor/pyenv"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -99,6 +100,9 @@ type Supervisor struct {
 	// sampleWG waits for sampleLoop, which fills hist (sampler.go).
 	sampleWG sync.WaitGroup
 	hist     histories
+
+	// envs prepares and checks models' Python environments (runtime.go).
+	envs *pyenv.Cache
 
 	pyOnce sync.Once
 	pyDir  string
@@ -190,6 +194,7 @@ func New(opts Options) (*Supervisor, error) {
 	s := &Supervisor{
 		opts: opts, log: opts.Logger, launcher: stubproc.NewLauncher(),
 		models: map[string]*modelEntry{}, stopc: make(chan struct{}),
+		envs: pyenv.NewCache(opts.CacheDir),
 	}
 	s.shm.Log = opts.Logger
 	if err := s.loadStartupModels(); err != nil {
