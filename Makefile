@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak clean
+.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle clean
 
 all: build
 
@@ -159,6 +159,22 @@ test-deploy: image $(HELM)
 	cd deploy && $(GO) vet ./...
 	cd deploy && STUBVISOR_IMAGE=$(IMAGE) HELM=$(abspath $(HELM)) PODMAN="$(PODMAN)" \
 		$(GO) test -count=1 -timeout 20m ./...
+
+# gpu-check-bundle puts what the device check needs into bin/gpu-check: a
+# stubvisor built without cgo (it needs only the C library at run time),
+# the script and its models; the folder (or bin/gpu-check.tar.gz) is all a
+# GPU machine with Python, torch and cuda-python needs, no Go. gpu-check
+# builds it and runs it here (on a machine without a GPU, the checks say
+# so); on the GPU machine run bin/gpu-check/run.sh.
+GPU_CHECK := $(BIN)/gpu-check
+gpu-check-bundle:
+	rm -rf $(GPU_CHECK) && mkdir -p $(GPU_CHECK)
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(GPU_CHECK)/stubvisor ./cmd/stubvisor
+	cp -r gpucheck/. $(GPU_CHECK)/
+	tar -C $(BIN) -czf $(BIN)/gpu-check.tar.gz gpu-check
+
+gpu-check: gpu-check-bundle
+	PYTHON=$(PYTHON) $(GPU_CHECK)/run.sh
 
 clean:
 	rm -rf $(BIN)

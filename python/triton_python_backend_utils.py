@@ -651,6 +651,18 @@ def _dl_call_deleter(deleter, address):
     deleter(address)
 
 
+def _gpu_to_host(device_id, array, pointer):
+    try:
+        from stubvisor import cuda as stub_cuda
+
+        driver = stub_cuda.driver()
+    except Exception:
+        raise TritonModelException(
+            "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
+        ) from None
+    driver.to_host(device_id, array.ctypes.data, pointer, array.nbytes)
+
+
 def _dl_import(name, capsule):
     if not _capsule_is_valid(capsule, _DLTENSOR_NAME):
         raise TritonModelException("Provided DLPack capsule is not valid or has already been consumed.")
@@ -669,11 +681,7 @@ def _dl_import(name, capsule):
                 )
             expected *= shape[i]
     device = t.device.device_type
-    if device == _kDLCUDA:
-        raise TritonModelException(
-            "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
-        )
-    if device not in (_kDLCPU, _kDLCUDAHost):
+    if device not in (_kDLCPU, _kDLCUDAHost, _kDLCUDA):
         raise TritonModelException("DLDevice type " + str(device) + " is not support by Python backend.")
     code = _CODE_OF_DL.get((t.dtype.code, t.dtype.bits)) if t.dtype.lanes == 1 else None
     if code is None:
@@ -691,6 +699,16 @@ def _dl_import(name, capsule):
         if managed.deleter:
             managed.deleter(address)
         array = np.empty(shape, dtype=dtype)
+    elif device == _kDLCUDA:
+        # A GPU tensor (torch, CuPy) is copied to host memory with the CUDA
+        # driver the stub uses for client CUDA regions; the server moves it
+        # on to a client's CUDA region when the output goes to one.
+        array = np.empty(shape, dtype=dtype)
+        try:
+            _gpu_to_host(t.device.device_id, array, data)
+        finally:
+            if managed.deleter:
+                managed.deleter(address)
     else:
         keep, array = _foreign_array(data, shape, dtype, capsule)
         if managed.deleter:
@@ -851,13 +869,12 @@ class Tensor:
                 "or have `__dlpack__` and `__dlpack_device__` attributes"
             )
         device, _ = tensor.__dlpack_device__()
-        if device == _kDLCUDA:
-            raise TritonModelException(
-                "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
-            )
-        if device not in (_kDLCPU, _kDLCUDAHost):
+        if device not in (_kDLCPU, _kDLCUDAHost, _kDLCUDA):
             raise TritonModelException("DLDevice type " + str(device) + " is not support by Python backend.")
-        return _dl_import(name, tensor.__dlpack__(stream=None))
+        # Stream 1 is CUDA's legacy default stream, which the driver's
+        # synchronous copy to host runs on: the producer orders its work
+        # before it.
+        return _dl_import(name, tensor.__dlpack__(stream=1 if device == _kDLCUDA else None))
 
     def __repr__(self):
         return "Tensor(name=%r, dtype=%d, shape=%r)" % (self._name, self._dtype, self.shape())

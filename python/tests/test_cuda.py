@@ -167,6 +167,33 @@ class CudaTest(unittest.TestCase):
         pb_view = self.regions.read(8, 64, 16)
         self.assertEqual(np.frombuffer(pb_view, np.uint8).tolist(), [i % 251 for i in range(64, 80)])
 
+    def test_gpu_tensor_from_dlpack(self):
+        # A model's GPU tensor (what torch.utils.dlpack.to_dlpack gives) is
+        # copied to host memory through the stub's driver.
+        self.regions.map(9, 0, _SIZE, self.handle, 0)
+        self.addCleanup(self.regions.unmap, 9)
+        _, pointer = self.regions.place(9, 128, 16)
+        old, cuda._driver = cuda._driver, self.driver
+        self.addCleanup(setattr, cuda, "_driver", old)
+        capsule = pb._dl_export_raw(pointer, [2, 2], 11, pb._kDLCUDA, 0, None)
+        t = pb.Tensor.from_dlpack("OUT", capsule)
+        self.assertTrue(t.is_cpu())
+        want = np.frombuffer(bytes(i % 251 for i in range(128, 144)), np.float32).reshape(2, 2)
+        np.testing.assert_array_equal(t.as_numpy(), want)
+        self.assertFalse(pb._capsule_is_valid(capsule, b"dltensor"))  # consumed
+
+    def test_gpu_tensor_without_driver(self):
+        old_driver, cuda._driver = cuda._driver, None
+        self.addCleanup(setattr, cuda, "_driver", old_driver)
+        old_env = os.environ.get(cuda.ENV_LIBRARY)
+        os.environ[cuda.ENV_LIBRARY] = "/nonexistent/libcuda.so.1"
+        self.addCleanup(lambda: os.environ.pop(cuda.ENV_LIBRARY) if old_env is None
+                        else os.environ.__setitem__(cuda.ENV_LIBRARY, old_env))
+        capsule = pb._dl_export_raw(0x1000, [4], 11, pb._kDLCUDA, 0, None)
+        with self.assertRaises(pb.TritonModelException) as cm:
+            pb.Tensor.from_dlpack("OUT", capsule)
+        self.assertIn("when GPU is not available", str(cm.exception))
+
 
 if __name__ == "__main__":
     unittest.main()
