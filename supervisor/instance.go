@@ -27,7 +27,10 @@ type instance struct {
 	// direct carries batches that must run on this instance (sequences).
 	direct     chan *stubproc.Batch
 	executions atomic.Uint64
-	execBase   uint64 // executions when the current stub became ready (under mu)
+	// requests counts the requests the instance's stubs have executed;
+	// reqBase is the count when the current stub became ready (under mu).
+	requests atomic.Uint64
+	reqBase  uint64
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
 
@@ -112,7 +115,7 @@ func (inst *instance) launch() (*stubproc.Proc, error) {
 	p.SetReadyFn(hasReadyFn(res.Value))
 	inst.mu.Lock()
 	inst.proc = p
-	inst.execBase = inst.executions.Load()
+	inst.reqBase = inst.requests.Load()
 	inst.state = backendapi.StubReady
 	inst.lastBeat = time.Now()
 	inst.mu.Unlock()
@@ -245,7 +248,7 @@ func (inst *instance) status() backendapi.StubStatus {
 		Restarts: inst.restarts, LastExitCause: inst.lastExit,
 		Executions: inst.executions.Load(),
 	}
-	st.Requests = st.Executions - inst.execBase
+	st.Requests = inst.requests.Load() - inst.reqBase
 	p := inst.proc
 	beat := inst.lastBeat
 	inst.mu.Unlock()
@@ -290,6 +293,7 @@ func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferRespons
 func (inst *instance) Executed(size int64, d time.Duration) {
 	inst.mv.Executed(size, d)
 	inst.executions.Add(1)
+	inst.requests.Add(uint64(size))
 }
 
 // Direct implements stubproc.Host and sched.Instance.

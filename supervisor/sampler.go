@@ -89,11 +89,7 @@ func (s *Supervisor) sample(now time.Time) {
 	s.mu.RLock()
 	var mvs []*modelVersion
 	for _, e := range s.models {
-		for _, mv := range e.versions {
-			if mv.ens == nil {
-				mvs = append(mvs, mv)
-			}
-		}
+		mvs = append(mvs, e.versions...)
 	}
 	s.mu.RUnlock()
 
@@ -116,7 +112,7 @@ func (s *Supervisor) sample(now time.Time) {
 		vh.count, vh.total, vh.hasTotals = count, total, true
 		for _, inst := range mv.instances {
 			if p := inst.liveProc(); p != nil {
-				if ps, err := procstat.Read(p.pid); err == nil {
+				if ps, err := procstat.Read(p.PID()); err == nil {
 					sm.RSS[inst.name] = ps.RSSBytes
 				}
 			}
