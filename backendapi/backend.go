@@ -336,6 +336,29 @@ type StubStatus struct {
 	CPUSeconds float64 `json:"cpu_seconds"`
 	OpenFDs    int     `json:"open_fds"`
 	Threads    int     `json:"threads"`
+	// Recycles counts the stubs replaced for crossing a limit
+	// (MAX_RSS_MB, MAX_REQUESTS_PER_STUB, MAX_STUB_AGE_S), and
+	// LastRecycleCause says why the last one was.
+	Recycles         int    `json:"recycles"`
+	LastRecycleCause string `json:"last_recycle_cause,omitempty"`
+	// MemoryLimit is the hard limit and how it is enforced, "512 MiB
+	// (cgroup-v2)"; "" for none.
+	MemoryLimit string `json:"memory_limit,omitempty"`
+	// LoadSteps is how long the current stub's load took, step by step.
+	LoadSteps *LoadSteps `json:"load_steps,omitempty"`
+}
+
+// LoadSteps times the steps of loading a model into a stub, in seconds:
+// preparing its environment (unpacking EXECUTION_ENV_PATH, checking the
+// interpreter; done once per load), starting the interpreter (spawn to
+// handshake), importing model.py, initialize(), and warmup (0: the model
+// has none).
+type LoadSteps struct {
+	EnvironmentS      float64 `json:"environment_s"`
+	InterpreterStartS float64 `json:"interpreter_start_s"`
+	ImportsS          float64 `json:"imports_s"`
+	InitializeS       float64 `json:"initialize_s"`
+	WarmupS           float64 `json:"warmup_s"`
 }
 
 // MetricKind is the kind of a custom metric family.

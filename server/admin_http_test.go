@@ -182,7 +182,8 @@ func TestStubsAndStatusPage(t *testing.T) {
 	want := `[{"model":"add_sub","version":"1","state":"READY","stubs":[{"instance":"add_sub_0_0","kind":"python","pid":4242,"state":"ready",` +
 		`"restarts":3,"last_exit_cause":"killed by signal 9","in_flight":1,"ring_depth_in":0,"ring_depth_out":0,"pool_bytes_in_use":1048576,` +
 		`"pool_bytes_capacity":67108864,"pool_bytes_high_water":2097152,"executions":77,"requests":12,"rss_bytes":52428800,"cpu_seconds":1.5,` +
-		`"open_fds":9,"threads":3,"heartbeat_age_ms":250,"uptime_s":90}]}]`
+		`"open_fds":9,"threads":3,"recycles":2,"last_recycle_cause":"recycled: rss 2.1 GiB \u003e MAX_RSS_MB 2048","memory_limit":"4096 MiB (rlimit-data)",` +
+		`"load_steps":{"environment_s":0.5,"interpreter_start_s":0.25,"imports_s":1,"initialize_s":2,"warmup_s":0},"heartbeat_age_ms":250,"uptime_s":90}]}]`
 	for _, p := range []string{"/v2/stubs", "/v2/models/add_sub/stubs", "/v2/models/add_sub/versions/1/stubs"} {
 		r := ts.do(t, "GET", p, nil, nil)
 		if r.status != 200 || string(r.body) != want {
@@ -271,6 +272,7 @@ func TestMetrics(t *testing.T) {
 		`stubvisor_stub_cpu_seconds_total{instance="add_sub_0_0",model="add_sub",version="1"} 1.5`,
 		`stubvisor_stub_open_fds{instance="add_sub_0_0",model="add_sub",version="1"} 9`,
 		`stubvisor_stub_threads{instance="add_sub_0_0",model="add_sub",version="1"} 3`,
+		`stubvisor_stub_recycles_total{instance="add_sub_0_0",model="add_sub",version="1"} 2`,
 		"# TYPE nv_inference_request_success counter",
 		"go_goroutines ",
 		"# HELP requests_seen Requests a model counted",

@@ -442,6 +442,8 @@ func sampleStubs() []backendapi.ModelStubs {
 			InFlight: 1, PoolInUse: 1 << 20, PoolCapacity: 64 << 20, PoolHighWater: 2 << 20,
 			Uptime: 90 * time.Second, Executions: 77, Requests: 12,
 			RSSBytes: 50 << 20, CPUSeconds: 1.5, OpenFDs: 9, Threads: 3,
+			Recycles: 2, LastRecycleCause: "recycled: rss 2.1 GiB > MAX_RSS_MB 2048", MemoryLimit: "4096 MiB (rlimit-data)",
+			LoadSteps: &backendapi.LoadSteps{EnvironmentS: 0.5, InterpreterStartS: 0.25, ImportsS: 1, InitializeS: 2},
 		}},
 		History: []backendapi.Sample{{UnixMS: 1000, Requests: 4, LatencyUS: 250, RSS: map[string]uint64{"add_sub_0_0": 50 << 20}}},
 	}}

@@ -69,6 +69,8 @@ var (
 		"Open file descriptors of the current stub process", stubLabels, nil)
 	descStubThreads = prometheus.NewDesc("stubvisor_stub_threads",
 		"Threads of the current stub process", stubLabels, nil)
+	descStubRecycles = prometheus.NewDesc("stubvisor_stub_recycles_total",
+		"Stubs replaced for crossing MAX_RSS_MB, MAX_REQUESTS_PER_STUB or MAX_STUB_AGE_S", stubLabels, nil)
 )
 
 var modelStates = []backendapi.ModelState{
@@ -106,7 +108,7 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput,
 		descModelState, descStubState, descStubRestarts, descStubPool, descStubInFlight, descStubRing,
 		descStubHeartbeat, descStubUptime, descStubExecutions,
-		descStubRequests, descStubRSS, descStubCPU, descStubFDs, descStubThreads,
+		descStubRequests, descStubRSS, descStubCPU, descStubFDs, descStubThreads, descStubRecycles,
 	} {
 		ch <- d
 	}
@@ -197,6 +199,7 @@ func collectStubs(ch chan<- prometheus.Metric, models []backendapi.ModelStubs) {
 			ch <- prometheus.MustNewConstMetric(descStubUptime, prometheus.GaugeValue, st.Uptime.Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(descStubExecutions, prometheus.CounterValue, float64(st.Executions), l...)
 			ch <- prometheus.MustNewConstMetric(descStubRequests, prometheus.GaugeValue, float64(st.Requests), l...)
+			ch <- prometheus.MustNewConstMetric(descStubRecycles, prometheus.CounterValue, float64(st.Recycles), l...)
 			if st.PID > 0 {
 				ch <- prometheus.MustNewConstMetric(descStubRSS, prometheus.GaugeValue, float64(st.RSSBytes), l...)
 				ch <- prometheus.MustNewConstMetric(descStubCPU, prometheus.CounterValue, st.CPUSeconds, l...)

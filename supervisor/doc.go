@@ -30,6 +30,8 @@
 //	stats.go        per-model statistics (failure reasons: sched's sentinels are REJECTED)
 //	metrics.go      custom metrics collected from every live stub and merged
 //	sampler.go      each second: every stub's /proc figures and the latency, kept five minutes
+//	recycle.go      the limits of a stub's life (MAX_RSS_MB, ...) and recycling: warm replacement, drain
+//	memory.go       MEMORY_LIMIT_MB: the stub confined at spawn (package memlimit), deaths it caused
 //	shm.go          the client shared-memory endpoints (package clientshm)
 //
 // # Goroutines and who owns them
@@ -50,6 +52,10 @@
 //     it starts one stubproc.Proc.Dispatch per stub incarnation (ends with
 //     the process); the initialize watcher of launch (kills the stub when
 //     the instance stops during initialize; ends when initialize does).
+//   - instance (recycle.go): recycle, one at a time, prepares a warm
+//     replacement and hands it to supervise; retire, one per replaced
+//     stub, lets it finish what it was sent and finalizes it. Both are
+//     counted in instance.bg, which stop waits for after supervise.
 //   - userReadiness: run, one IsReady call at a time per instance (ends
 //     when the stub answers or dies; callers stop waiting after
 //     readyCheckTimeout).
@@ -88,6 +94,7 @@
 //     BLS requests in flight), userReadiness.mu (one instance's readiness
 //     check), the merger's mutex in CustomMetrics, and the two mutexes of
 //     package cuda (its driver and each opened handle).
+//     memOnce guards the choice of memory limit method (memory.go).
 //  8. histories.mu (sampler.go): the version histories; taken under
 //     Supervisor.mu (Stubs) and, alone, by sample, which takes
 //     instance.mu and stats.mu under it.

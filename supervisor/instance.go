@@ -41,7 +41,18 @@ type instance struct {
 	lastExit string
 	lastBeat time.Time
 	stopping bool
+	// recycling: a replacement is being prepared (recycle.go); recycles
+	// counts the stubs replaced so, lastRecycle says why the last was.
+	recycling   bool
+	recycles    int
+	lastRecycle string
+	// steps are how long the current stub's load took, step by step.
+	steps backendapi.LoadSteps
 
+	// swapc hands supervise a warm replacement (recycle.go); bg counts
+	// the recycle and retire goroutines, which stop waits for.
+	swapc chan swap
+	bg    sync.WaitGroup
 	stopc chan struct{}
 	done  chan struct{}
 }
@@ -51,14 +62,18 @@ func newInstance(mv *modelVersion, name, kind string, device int) *instance {
 		mv: mv, name: name, kind: kind, device: device,
 		log:    mv.sup.log.Named(name),
 		direct: make(chan *stubproc.Batch, 64),
-		state:  backendapi.StubStarting,
-		stopc:  make(chan struct{}), done: make(chan struct{}),
+		state:  backendapi.StubStarting, swapc: make(chan swap),
+		stopc: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
 // procConfig is what each of the instance's stubs is spawned with.
 func (inst *instance) procConfig() stubproc.Config {
 	mv, opts := inst.mv, inst.mv.sup.opts
+	var confine func(*exec.Cmd) (stubproc.Confinement, error)
+	if mv.limits.memory > 0 {
+		confine = inst.confine
+	}
 	return stubproc.Config{
 		Instance: inst.name, Model: mv.name, Version: mv.version, Kind: mv.kind,
 		Decoupled: mv.decoupled, Batched: mv.sig.maxBatch > 0, Labels: mv.labels,
@@ -66,7 +81,7 @@ func (inst *instance) procConfig() stubproc.Config {
 		IPC: opts.IPC, StartTimeout: opts.StubStartTimeout, HeartbeatTimeout: opts.HeartbeatTimeout,
 		Regions: &mv.sup.shm, Launcher: mv.sup.launcher, Log: inst.log,
 		Command:  func() (*exec.Cmd, error) { return mv.command(inst) },
-		Diagnose: mv.diagnose,
+		Diagnose: mv.diagnose, Confine: confine, MaxRequests: mv.limits.maxRequests,
 	}
 }
 
@@ -83,13 +98,27 @@ func (inst *instance) start() error {
 	return nil
 }
 
-// launch spawns a stub and initializes the model in it.
+// launch spawns a stub, initializes the model in it and makes it the
+// instance's stub.
 func (inst *instance) launch() (*stubproc.Proc, error) {
 	inst.setState(backendapi.StubStarting)
-	p, err := stubproc.Spawn(inst.procConfig(), inst)
+	p, steps, err := inst.prepare()
 	if err != nil {
 		return nil, err
 	}
+	inst.install(p, steps, "")
+	return p, nil
+}
+
+// prepare spawns a stub and initializes the model in it, timing each step.
+func (inst *instance) prepare() (*stubproc.Proc, backendapi.LoadSteps, error) {
+	steps := backendapi.LoadSteps{EnvironmentS: inst.mv.envTook.Seconds()}
+	start := time.Now()
+	p, err := stubproc.Spawn(inst.procConfig(), inst)
+	if err != nil {
+		return nil, steps, err
+	}
+	steps.InterpreterStartS = time.Since(start).Seconds()
 	mv := inst.mv
 	// A stop does not wait for an initialize: it kills the stub.
 	initialized := make(chan struct{})
@@ -110,17 +139,38 @@ func (inst *instance) launch() (*stubproc.Proc, error) {
 	if err != nil {
 		p.Kill("initialize failed")
 		<-p.Exited()
-		return nil, err
+		return nil, steps, err
 	}
 	p.SetReadyFn(hasReadyFn(res.Value))
+	steps.ImportsS, steps.InitializeS = initTimes(res.Value)
+	return p, steps, nil
+}
+
+// install makes p the instance's stub; cause is why it replaces the one
+// before ("" for a first start or a restart).
+func (inst *instance) install(p *stubproc.Proc, steps backendapi.LoadSteps, cause string) {
 	inst.mu.Lock()
 	inst.proc = p
 	inst.reqBase = inst.requests.Load()
 	inst.state = backendapi.StubReady
 	inst.lastBeat = time.Now()
+	inst.steps = steps
+	if cause != "" {
+		inst.recycles++
+		inst.lastRecycle = cause
+	}
 	inst.mu.Unlock()
-	inst.log.Info("stub ready", "pid", p.PID())
-	return p, nil
+	inst.log.Info("stub ready", "pid", p.PID(), "environment_s", steps.EnvironmentS, "interpreter_start_s", steps.InterpreterStartS,
+		"imports_s", steps.ImportsS, "initialize_s", steps.InitializeS)
+}
+
+// initTimes reads the import and initialize times a Python stub reports
+// in its Initialize answer (0 when it reports none).
+func initTimes(v any) (imports, initialize float64) {
+	m, _ := v.(map[string]any)
+	imports, _ = m["import_s"].(float64)
+	initialize, _ = m["initialize_s"].(float64)
+	return imports, initialize
 }
 
 // supervise serves with p and replaces it when it dies.
@@ -132,6 +182,14 @@ func (inst *instance) supervise(p *stubproc.Proc) {
 		go p.Dispatch()
 		select {
 		case <-p.Exited():
+		case sw := <-inst.swapc:
+			// A recycle: the warm replacement serves from now on, the old
+			// stub drains and finalizes.
+			inst.install(sw.next, sw.steps, sw.cause)
+			inst.bg.Add(1)
+			go inst.retire(p)
+			p = sw.next
+			continue
 		case <-inst.stopc:
 			return // stop() finalizes p
 		}
@@ -145,9 +203,15 @@ func (inst *instance) supervise(p *stubproc.Proc) {
 			backoff = opts.RestartBackoff
 		}
 		inst.log.Error("stub died; restarting", "pid", p.PID(), "cause", p.Cause(), "backoff", backoff)
+	restart:
 		for {
 			select {
 			case <-time.After(backoff):
+			case sw := <-inst.swapc:
+				// A recycle begun before the death brings its replacement.
+				inst.install(sw.next, sw.steps, sw.cause)
+				p = sw.next
+				break restart
 			case <-inst.stopc:
 				inst.setState(backendapi.StubStopped)
 				return
@@ -156,7 +220,7 @@ func (inst *instance) supervise(p *stubproc.Proc) {
 			np, err := inst.launch()
 			if err == nil {
 				p = np
-				break
+				break restart
 			}
 			inst.mu.Lock()
 			inst.lastExit = err.Error()
@@ -179,6 +243,7 @@ func (inst *instance) stop(deadline time.Time) {
 		close(inst.stopc)
 	}
 	<-inst.done
+	inst.bg.Wait()
 	inst.mu.Lock()
 	p := inst.proc
 	inst.proc = nil
@@ -247,11 +312,17 @@ func (inst *instance) status() backendapi.StubStatus {
 		Instance: inst.name, Kind: inst.mv.kind, State: inst.state,
 		Restarts: inst.restarts, LastExitCause: inst.lastExit,
 		Executions: inst.executions.Load(),
+		Recycles:   inst.recycles, LastRecycleCause: inst.lastRecycle,
+	}
+	if p := inst.proc; p != nil {
+		steps := inst.steps
+		st.LoadSteps = &steps
 	}
 	st.Requests = inst.requests.Load() - inst.reqBase
 	p := inst.proc
 	beat := inst.lastBeat
 	inst.mu.Unlock()
+	st.MemoryLimit = inst.memoryLimitText()
 	if p == nil {
 		return st
 	}

@@ -37,7 +37,11 @@ type modelVersion struct {
 	decoupled      bool
 	forceCPUInputs bool
 	executeTimeout time.Duration
-	sig            *signature
+	// limits bound its stubs' life and memory (recycle.go); envTook is
+	// how long preparing its Python environment took.
+	limits  stubLimits
+	envTook time.Duration
+	sig     *signature
 	// steps are an ensemble's steps (the status page), and composing the
 	// models they name; nil for other models.
 	steps     []backendapi.EnsembleStep
@@ -87,12 +91,16 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		}
 		mv.executeTimeout = time.Duration(ms) * time.Millisecond
 	}
+	if mv.limits, err = parseStubLimits(cfg, s.opts); err != nil {
+		return nil, err
+	}
 	switch mv.kind {
 	case modelconfig.KindPython:
-		mv.interpreter, err = s.interpreterFor(cfg, dir)
+		env, err := s.pythonEnv(cfg, dir)
 		if err != nil {
 			return nil, err
 		}
+		mv.interpreter, mv.envTook = env.python, env.prepare+env.probe
 		if _, err := os.Stat(mv.modelFile); errors.Is(err, fs.ErrNotExist) {
 			return nil, errNoModelFile(mv.modelFile)
 		} else if err != nil {
@@ -350,6 +358,9 @@ func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
 		}
 		cmd := exec.Command(mv.interpreter, "-m", "stubvisor")
 		cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
+		if mv.limits.cudaVisible && inst.kind == "GPU" {
+			cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(inst.device))
+		}
 		return cmd, nil
 	case modelconfig.KindGo:
 		cmd := exec.Command(mv.modelFile)

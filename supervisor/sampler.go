@@ -114,6 +114,7 @@ func (s *Supervisor) sample(now time.Time) {
 			if p := inst.liveProc(); p != nil {
 				if ps, err := procstat.Read(p.PID()); err == nil {
 					sm.RSS[inst.name] = ps.RSSBytes
+					inst.checkRecycle(p, ps.RSSBytes)
 				}
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/python"
 	"github.com/stubvisor/stubvisor/supervisor/clientshm"
+	"github.com/stubvisor/stubvisor/supervisor/memlimit"
 	"github.com/stubvisor/stubvisor/supervisor/pyenv"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
@@ -52,6 +53,16 @@ type Options struct {
 	CacheDir string
 	// IPC sizes each stub's rings and pool.
 	IPC ipc.Settings
+
+	// The server's defaults of the model parameters MAX_RSS_MB,
+	// MAX_REQUESTS_PER_STUB, MAX_STUB_AGE_S and MEMORY_LIMIT_MB (0: none;
+	// recycle.go). MemoryLimitMethod forces how the memory limit is
+	// enforced (memlimit.Method; "": the best the host allows).
+	MaxRSSMB           uint64
+	MaxRequestsPerStub uint64
+	MaxStubAge         time.Duration
+	MemoryLimitMB      uint64
+	MemoryLimitMethod  string
 
 	StubStartTimeout  time.Duration // from spawn to the stub's Hello
 	InitializeTimeout time.Duration // initialize(args)
@@ -103,6 +114,11 @@ type Supervisor struct {
 
 	// envs prepares and checks models' Python environments (runtime.go).
 	envs *pyenv.Cache
+
+	// mem enforces MEMORY_LIMIT_MB, chosen once (memory.go).
+	memOnce sync.Once
+	mem     *memlimit.Limiter
+	memErr  error
 
 	pyOnce sync.Once
 	pyDir  string

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import triton_python_backend_utils as pb
 
@@ -88,13 +89,16 @@ class LifecycleMixin:
                 self.model_version = int(args.get("model_version", "-1"))
             except ValueError:
                 self.model_version = -1
+            started = time.monotonic()
             module = self._load_module(options["model_file"])
+            imported = time.monotonic()
             self.model = getattr(module, "TritonPythonModel")()
             # BLS stays refused until initialize has returned, as in Triton
             # ("BLS is only supported during the 'execute' function.").
             if hasattr(self.model, "initialize"):
                 self.model.initialize(dict(args))
             self.initialized = True
+            done = time.monotonic()
         except Exception as exc:
             _over_memory(exc)
             self.model = None
@@ -102,8 +106,10 @@ class LifecycleMixin:
             self._diag("ERROR", "Failed to initialize Python stub: " + text)
             self._reply(msg_id, [_INTERNAL, text], None)
             return
-        # Tell the supervisor whether readiness requests must ask the model.
-        self._reply(msg_id, None, {"is_ready": True} if hasattr(self.model, "is_ready") else None)
+        # Tell the supervisor whether readiness requests must ask the model,
+        # and how long importing model.py and initialize() took.
+        self._reply(msg_id, None, {"is_ready": hasattr(self.model, "is_ready"),
+                                   "import_s": imported - started, "initialize_s": done - imported})
 
     def _on_is_ready(self, msg):
         msg_id = msg[M_ID]

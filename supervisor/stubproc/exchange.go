@@ -112,6 +112,9 @@ func (p *Proc) FreeSlots() int { return len(p.slots) }
 // TakeSlot takes a free pipeline slot without waiting, for a caller that
 // sends its own request (no hand-off to the dispatcher).
 func (p *Proc) TakeSlot() bool {
+	if p.Retired() {
+		return false
+	}
 	select {
 	case <-p.slots:
 		return true
@@ -127,12 +130,16 @@ func (p *Proc) Dispatch() {
 		case <-p.slots:
 		case <-p.exited:
 			return
+		case <-p.retired:
+			return
 		}
 		var b *Batch
 		select {
 		case b = <-p.direct:
 		case b = <-p.queue:
 		case <-p.exited:
+			return
+		case <-p.retired:
 			return
 		}
 		p.Execute(b)
@@ -220,7 +227,14 @@ func (p *Proc) Execute(b *Batch) {
 	err := p.conn.Send(&b.msg)
 	b.msg = ipc.ExecuteMsg{}
 	clear(reqs)
+	p.sent += uint64(len(live))
+	full := p.cfg.MaxRequests > 0 && p.sent >= p.cfg.MaxRequests
+	sent := p.sent
 	p.sendMu.Unlock()
+	if full && !p.Retired() {
+		p.Retire()
+		p.host.Recycle(p, fmt.Sprintf("recycled: %d requests >= MAX_REQUESTS_PER_STUB %d", sent, p.cfg.MaxRequests))
+	}
 	if err != nil {
 		// The receiver fails the batch once the death is confirmed; a
 		// live stub whose ring refuses us is broken.
@@ -545,4 +559,19 @@ func inputBytes(in *backendapi.InputTensor) ([]byte, error) {
 		return nil, backendapi.Errorf(backendapi.NotFound, "Unable to find shared memory region: '%s'", in.SharedMemory.Region)
 	}
 	return in.Data, nil
+}
+
+// Retire makes the stub take no more work: Dispatch ends and TakeSlot
+// refuses, while what it was sent runs to its end (the instance replaces
+// it, then stops it). It is idempotent.
+func (p *Proc) Retire() { p.retireOnce.Do(func() { close(p.retired) }) }
+
+// Retired reports whether Retire was called.
+func (p *Proc) Retired() bool {
+	select {
+	case <-p.retired:
+		return true
+	default:
+		return false
+	}
 }

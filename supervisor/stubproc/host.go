@@ -2,6 +2,7 @@ package stubproc
 
 import (
 	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,6 +41,20 @@ type Host interface {
 	BLS(p *Proc, m *ipc.InferExecMsg)
 	BLSCancel(p *Proc, m *ipc.InferCancelMsg)
 	Control(p *Proc, m *ipc.ModelControlMsg)
+	// Recycle asks for the stub to be replaced (it reached
+	// Config.MaxRequests); the stub takes no more work meanwhile.
+	Recycle(p *Proc, cause string)
+}
+
+// Confinement is what a stub process runs confined by (a memory limit):
+// Config.Confine sets it up before the start, Started applies it to the
+// running process before the model is loaded, ExitCause explains an exit
+// it caused ("" for any other), and Close releases it once the process is
+// reaped.
+type Confinement interface {
+	Started(pid int) error
+	ExitCause(ws syscall.WaitStatus) string
+	Close()
 }
 
 // Config is what a stub process is told at spawn: who it is and the
@@ -71,4 +86,10 @@ type Config struct {
 	// that failed before its handshake.
 	Command  func() (*exec.Cmd, error)
 	Diagnose func() string
+	// Confine, when set, confines each process; it may change cmd (its
+	// environment, its SysProcAttr.CgroupFD) before the start.
+	Confine func(cmd *exec.Cmd) (Confinement, error)
+	// MaxRequests (MAX_REQUESTS_PER_STUB; 0: no limit): once the stub was
+	// sent this many requests it takes no more and Host.Recycle is asked.
+	MaxRequests uint64
 }

@@ -38,9 +38,14 @@ func NewLauncher() *Launcher {
 }
 
 // start starts cmd in its own process group (so a terminal's Ctrl-C reaches
-// only the supervisor, which then stops stubs in order) with Pdeathsig.
+// only the supervisor, which then stops stubs in order) with Pdeathsig,
+// keeping the cgroup a Confinement chose for it.
 func (l *Launcher) start(cmd *exec.Cmd) error {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if c := cmd.SysProcAttr; c != nil {
+		attr.UseCgroupFD, attr.CgroupFD = c.UseCgroupFD, c.CgroupFD
+	}
+	cmd.SysProcAttr = attr
 	errc := make(chan error, 1)
 	l.reqs <- launchReq{cmd: cmd, errc: errc}
 	return <-errc

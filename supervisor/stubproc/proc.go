@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,6 +37,13 @@ type Proc struct {
 	conn *ipc.Conn
 	cmd  *exec.Cmd
 	pid  int
+	// conf confines the process (Config.Confine), or is nil.
+	conf Confinement
+	// retired is closed when the stub is to take no more work (it is
+	// being replaced); sent counts the requests sent to it (under sendMu).
+	retired    chan struct{}
+	retireOnce sync.Once
+	sent       uint64
 
 	started time.Time
 	// readyFn: the model defines its own readiness check (is_ready()),
@@ -131,18 +139,19 @@ func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
 		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = cfg.Launcher.start(cmd)
+	conf, err := startConfined(cfg, cmd)
 	outW.Close()
 	errW.Close()
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return nil, fmt.Errorf("spawn %s: start %s: %w", name, cmd.Path, err)
+		return nil, fmt.Errorf("spawn %s: %w", name, err)
 	}
 	launched = true
 	p := &Proc{
 		shm: stubShm{life: lifeParent},
 		cfg: cfg, host: host, direct: host.Direct(), queue: host.Queue(), log: cfg.Log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
+		conf: conf, retired: make(chan struct{}),
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
 		slots: make(chan struct{}, cfg.PipelineDepth), lead: make(chan struct{}, 1),
 		batches: map[uint64]*Batch{}, requests: map[uint64]*Request{}, calls: map[uint64]*callReply{},
@@ -185,6 +194,31 @@ func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
 	return p, nil
 }
 
+// startConfined starts cmd under the confinement Config.Confine sets up
+// (nil without one), applied before the handshake, so before the model
+// loads (Initialize).
+func startConfined(cfg Config, cmd *exec.Cmd) (Confinement, error) {
+	var conf Confinement
+	if cfg.Confine != nil {
+		var err error
+		if conf, err = cfg.Confine(cmd); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.Launcher.start(cmd); err != nil {
+		if conf != nil {
+			conf.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	if conf != nil {
+		if err := conf.Started(cmd.Process.Pid); err != nil {
+			cfg.Log.Error("confining the stub failed", "error", err)
+		}
+	}
+	return conf, nil
+}
+
 // reap waits for the process, records why it ended, ends the helpers the
 // model started (the stub's process group), wakes everything that waits on
 // the region, handles what the stub sent before it died and fails the
@@ -199,6 +233,14 @@ func (p *Proc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 	}
 	if r := p.killReason.Load(); r != nil {
 		cause = *r + " (" + cause + ")"
+	}
+	if p.conf != nil {
+		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+			if why := p.conf.ExitCause(ws); why != "" {
+				cause = why + " (" + cause + ")"
+			}
+		}
+		p.conf.Close()
 	}
 	p.cause = cause
 	p.conn.MarkDead()
@@ -393,6 +435,9 @@ func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
 // Cause is why the process ended; valid once Exited is closed.
 func (p *Proc) Cause() string { return p.cause }
+
+// Started is when the process was started.
+func (p *Proc) Started() time.Time { return p.started }
 
 // PID is the stub's process id.
 func (p *Proc) PID() int { return p.pid }
