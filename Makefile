@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle clean
+.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
 
 all: build
 
@@ -159,6 +159,14 @@ test-deploy: image $(HELM)
 	cd deploy && $(GO) vet ./...
 	cd deploy && STUBVISOR_IMAGE=$(IMAGE) HELM=$(abspath $(HELM)) PODMAN="$(PODMAN)" \
 		$(GO) test -count=1 -timeout 20m ./...
+
+# soak-recycle is not part of test either: the leak model under load for
+# SOAK_DURATION with MAX_RSS_MB recycling it and a hard MEMORY_LIMIT_MB
+# above; no request may fail but the intended kills, and the server's RSS
+# and fds stay flat (SOAK_DURATION=30s for a short run).
+SOAK_DURATION ?= 5m
+soak-recycle: deps
+	STUBVISOR_SOAK_RECYCLE=$(SOAK_DURATION) $(GO) test -count=1 -timeout 30m -run 'TestSoakRecycle$$' -v ./cmd/stubvisor/
 
 # gpu-check-bundle puts what the device check needs into bin/gpu-check: a
 # stubvisor built without cgo (it needs only the C library at run time),
