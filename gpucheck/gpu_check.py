@@ -350,8 +350,8 @@ def check_two_instances(ctx):
     if errors:
         raise Failed(str(errors[0]))
     names = sorted(seen)
-    if len(names) != 2 or any(w.split()[1] != "0" for w in names):
-        raise Failed("instances answering: %s; want two, both on device 0" % names)
+    if len(names) != 2 or any(w.split()[1:] != ["0", "0"] for w in names):
+        raise Failed("instances answering: %s; want two, both on device 0 with CUDA_VISIBLE_DEVICES=0" % names)
     stubs = s.ok("GET", "/v2/models/gc_two/stubs")[0]["stubs"]
     live = [st for st in stubs if st["pid"] > 0]
     if len(live) != 2:
