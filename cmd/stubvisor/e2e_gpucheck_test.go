@@ -18,6 +18,7 @@ import (
 )
 
 func TestGPUCheckScriptOnTheFakeDriver(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	fake := cudatest.BuildFake(t)
 	shmBefore := shmEntries(t)

@@ -141,6 +141,7 @@ func findLine(img image.Image, want color.RGBA) line {
 }
 
 func TestStatusPagePlots(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	chromium := chromiumPath(t)
 	s := startServer(t, copyRepo(t, "leak"))

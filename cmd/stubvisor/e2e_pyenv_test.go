@@ -70,6 +70,7 @@ parameters { key: "EXECUTION_ENV_PATH" value { string_value: %q } }`, path)
 // environment (one inside its model directory, one by an absolute path to
 // a copy); three servers in turn on one cache directory unpack it once.
 func TestPythonEnvTarballUnpackedOnce(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo, cache, elsewhere := t.TempDir(), t.TempDir(), t.TempDir()
 	writeFP32Model(t, repo, "env_a", withEnvPath("$$TRITON_MODEL_DIRECTORY/env.tar.gz"), echoPy)

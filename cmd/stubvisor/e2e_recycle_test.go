@@ -85,6 +85,7 @@ func leakInfer(s *server, mb int) (bool, string) {
 // time its RSS passes MAX_RSS_MB, while three clients keep it busy; over at
 // least three recycles no request fails.
 func TestRecycleLeakingModelUnderLoad(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	const maxRSS = 120
 	s := startServer(t, leakRepo(t, map[string]string{"MAX_RSS_MB": fmt.Sprint(maxRSS)}))
