@@ -41,6 +41,7 @@ type modelVersion struct {
 	// how long preparing its Python environment took.
 	limits  stubLimits
 	envTook time.Duration
+	envVars []string // activate its EXECUTION_ENV_PATH (runtime.go)
 	sig     *signature
 	// steps are an ensemble's steps (the status page), and composing the
 	// models they name; nil for other models.
@@ -100,7 +101,7 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		if err != nil {
 			return nil, err
 		}
-		mv.interpreter, mv.envTook = env.python, env.prepare+env.probe
+		mv.interpreter, mv.envTook, mv.envVars = env.python, env.prepare+env.probe, env.vars
 		if _, err := os.Stat(mv.modelFile); errors.Is(err, fs.ErrNotExist) {
 			return nil, errNoModelFile(mv.modelFile)
 		} else if err != nil {
@@ -357,7 +358,7 @@ func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
 			path += string(os.PathListSeparator) + old
 		}
 		cmd := exec.Command(mv.interpreter, "-m", "stubvisor")
-		cmd.Env = append(env, "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
+		cmd.Env = append(append(env, mv.envVars...), "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
 		if mv.limits.cudaVisible && inst.kind == "GPU" {
 			cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(inst.device))
 		}

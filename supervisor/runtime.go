@@ -31,8 +31,9 @@ func (s *Supervisor) interpreterFor(cfg *inferencepb.ModelConfig, dir string) (s
 type pyEnvInfo struct {
 	python string
 	// root is the environment's directory, "" for the server's
-	// interpreter.
+	// interpreter; vars activate it (pyenv.Env.Vars).
 	root    string
+	vars    []string
 	version string // the interpreter's, "3.11.2"
 	// prepare is how long finding or unpacking the environment took,
 	// probe how long the interpreter check ran.
@@ -61,9 +62,9 @@ func (s *Supervisor) pythonEnv(cfg *inferencepb.ModelConfig, dir string) (pyEnvI
 		if prepared.Unpacked {
 			s.log.Info("unpacked execution environment", "model", cfg.GetName(), "archive", env, "dir", prepared.Root, "took", prepared.Took)
 		}
-		info.python, info.root, info.prepare = prepared.Python, prepared.Root, prepared.Took
+		info.python, info.root, info.prepare, info.vars = prepared.Python, prepared.Root, prepared.Took, prepared.Vars()
 	}
-	it, err := s.envs.Check(info.python)
+	it, err := s.envs.Check(info.python, info.vars...)
 	if err != nil {
 		return info, backendapi.Errorf(backendapi.InvalidArg, "model '%s': %v", cfg.GetName(), err)
 	}

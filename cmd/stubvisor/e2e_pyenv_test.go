@@ -112,6 +112,11 @@ func TestPythonEnvTarballUnpackedOnce(t *testing.T) {
 			if want := filepath.Join(envDir, "bin", "python3"); python != want || !strings.HasPrefix(envDir, filepath.Join(cache, "envs")) {
 				t.Fatalf("run %d: %s's stub runs %s, want %s in the cache", run, m, python, want)
 			}
+			// The environment is activated: its lib first for the loader.
+			environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", oneStub(t, s, m).PID))
+			if !strings.Contains(string(environ), "\x00LD_LIBRARY_PATH="+filepath.Join(envDir, "lib")) {
+				t.Fatalf("run %d: %s's stub does not have %s/lib first on LD_LIBRARY_PATH", run, m, envDir)
+			}
 		}
 		s.Stop()
 		unpacks := strings.Count(s.Log(), "unpacked execution environment")

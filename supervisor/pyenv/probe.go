@@ -44,12 +44,13 @@ except Exception as e:
 // take seconds to import numpy.
 const probeTimeout = 2 * time.Minute
 
-// Check runs python to read its version and import numpy, failing with
+// Check runs python (with env added to this process's environment) to
+// read its version and import numpy, failing with
 // ErrInterpreter and what is wrong: it does not run, it is older than
 // MinPython, or numpy does not import. A pass is remembered for the same
 // file (path, size, modification time) for the life of the Cache; a
 // failure is not, so a fixed environment is seen at the next load.
-func (c *Cache) Check(python string) (Interpreter, error) {
+func (c *Cache) Check(python string, env ...string) (Interpreter, error) {
 	key := probeKey{path: python}
 	if info, err := os.Stat(python); err == nil {
 		key.size, key.mtime = info.Size(), info.ModTime().UnixNano()
@@ -65,6 +66,9 @@ func (c *Cache) Check(python string) (Interpreter, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "-c", probe)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

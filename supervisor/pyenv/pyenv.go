@@ -83,6 +83,21 @@ func (c *Cache) Prepare(path string) (Env, error) {
 	return env, nil
 }
 
+// Vars are the environment variables that activate the environment for a
+// process, as conda's activate does for what matters here: its bin first
+// on PATH, and its lib first on LD_LIBRARY_PATH, so the interpreter and
+// its extensions load the environment's libraries (its libstdc++, say)
+// rather than the host's.
+func (e Env) Vars() []string {
+	prepend := func(name, dir string) string {
+		if old := os.Getenv(name); old != "" {
+			return name + "=" + dir + string(os.PathListSeparator) + old
+		}
+		return name + "=" + dir
+	}
+	return []string{prepend("PATH", filepath.Join(e.Root, "bin")), prepend("LD_LIBRARY_PATH", filepath.Join(e.Root, "lib"))}
+}
+
 // lock returns the mutex of one content hash.
 func (c *Cache) lock(key string) *sync.Mutex {
 	c.mu.Lock()

@@ -257,3 +257,13 @@ func TestAtLeast(t *testing.T) {
 		}
 	}
 }
+
+func TestVars(t *testing.T) {
+	t.Setenv("PATH", "/usr/bin")
+	t.Setenv("LD_LIBRARY_PATH", "")
+	got := Env{Root: "/cache/envs/abc"}.Vars()
+	want := []string{"PATH=/cache/envs/abc/bin:/usr/bin", "LD_LIBRARY_PATH=/cache/envs/abc/lib"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("Vars = %q, want %q", got, want)
+	}
+}
