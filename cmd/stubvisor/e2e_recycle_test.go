@@ -278,3 +278,22 @@ func (s *server) postJSONQuiet(path string, v any) (int, []byte) {
 	}
 	return resp.StatusCode, body
 }
+
+// TestRecycleMaxStubAge: the server flag --max-stub-age-s recycles a stub
+// once it is older, with the cause in /v2/stubs.
+func TestRecycleMaxStubAge(t *testing.T) {
+	ipctest.RequirePython(t)
+	s := startServer(t, copyRepo(t, "leak"), "--max-stub-age-s", "2")
+	first := recycleStub(t, s, "leak")
+	var st recycleStatus
+	waitFor(t, 30*time.Second, "a recycle for age", func() bool {
+		st = recycleStub(t, s, "leak")
+		return st.Recycles >= 1 && st.PID != first.PID && st.State == "ready"
+	})
+	if !regexp.MustCompile(`^recycled: age [23]s > MAX_STUB_AGE_S 2$`).MatchString(st.LastRecycleCause) {
+		t.Errorf("recycle cause %q", st.LastRecycleCause)
+	}
+	if good, body := leakInfer(s, 0); !good {
+		t.Errorf("the replacement does not serve: %s", body)
+	}
+}

@@ -131,11 +131,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.sup.FinalizeTimeout, "stub-finalize-timeout", c.sup.FinalizeTimeout, "how long finalize() may take before the stub is killed")
 	fs.DurationVar(&c.sup.RestartBackoff, "stub-restart-backoff", c.sup.RestartBackoff, "first delay before a dead stub is restarted")
 	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
-	fs.Uint64Var(&c.sup.MaxRSSMB, "max-rss-mb", 0, "recycle a stub whose resident memory exceeds this many MiB (model parameter MAX_RSS_MB overrides; 0: never)")
-	fs.Uint64Var(&c.sup.MaxRequestsPerStub, "max-requests-per-stub", 0, "recycle a stub after this many requests (model parameter MAX_REQUESTS_PER_STUB overrides; 0: never)")
-	maxAge := fs.Uint64("max-stub-age-s", 0, "recycle a stub older than this many seconds (model parameter MAX_STUB_AGE_S overrides; 0: never)")
-	fs.Uint64Var(&c.sup.MemoryLimitMB, "memory-limit-mb", 0, "hard memory limit of each stub in MiB, enforced by the kernel (model parameter MEMORY_LIMIT_MB overrides; 0: none)")
-	fs.StringVar(&c.sup.MemoryLimitMethod, "memory-limit-method", "", "how the memory limit is enforced: cgroup-v2, rlimit-data or rlimit-as (default: cgroup-v2 where the server may create one, else rlimit-data)")
+	registerStubLimits(fs, &c.sup)
 	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
 	fs.IntVar(&c.openaiPort, "openai-port", -1, "OpenAI-compatible API port (0: pick a free one, -1: off)")
@@ -182,7 +178,6 @@ func parseFlags(args []string) (*config, error) {
 	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
-	c.sup.MaxStubAge = time.Duration(*maxAge) * time.Second
 	c.sup.Repositories = c.repos
 	c.sup.ModelControl = c.controlMode
 	c.sup.StartupModels = c.loadModels

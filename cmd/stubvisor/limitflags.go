@@ -1,0 +1,24 @@
+package main
+
+import (
+	"flag"
+	"strconv"
+	"time"
+
+	"github.com/stubvisor/stubvisor/supervisor"
+)
+
+// registerStubLimits registers the flags that bound each stub's life and
+// memory: the server's defaults of the model parameters of the same
+// meaning (supervisor/recycle.go).
+func registerStubLimits(fs *flag.FlagSet, o *supervisor.Options) {
+	fs.Uint64Var(&o.MaxRSSMB, "max-rss-mb", 0, "recycle a stub whose resident memory exceeds this many MiB (model parameter MAX_RSS_MB overrides; 0: never)")
+	fs.Uint64Var(&o.MaxRequestsPerStub, "max-requests-per-stub", 0, "recycle a stub after this many requests (model parameter MAX_REQUESTS_PER_STUB overrides; 0: never)")
+	fs.Func("max-stub-age-s", "recycle a stub older than this many seconds (model parameter MAX_STUB_AGE_S overrides; 0: never)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		o.MaxStubAge = time.Duration(n) * time.Second
+		return err
+	})
+	fs.Uint64Var(&o.MemoryLimitMB, "memory-limit-mb", 0, "hard memory limit of each stub in MiB, enforced by the kernel (model parameter MEMORY_LIMIT_MB overrides; 0: none)")
+	fs.StringVar(&o.MemoryLimitMethod, "memory-limit-method", "", "how the memory limit is enforced: cgroup-v2, rlimit-data or rlimit-as (default: cgroup-v2 where the server may create one, else rlimit-data)")
+}
