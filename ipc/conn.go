@@ -46,8 +46,10 @@ type Settings struct {
 	Pool shmpool.Settings
 	// RingBytes is the data size of each ring: a power of two.
 	RingBytes uint32
-	// Spin is how long a waiter polls before it sleeps on the futex. The
-	// supervisor's ring reader chooses per call instead (RecvSpin).
+	// Spin is the longest a waiter polls before it sleeps on the futex;
+	// each waiter polls less, or not at all, while polling does not pay
+	// (spin.go). The supervisor's ring reader chooses per call instead
+	// (RecvSpin).
 	Spin time.Duration
 }
 
@@ -99,10 +101,12 @@ type Conn struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	sendMu sync.Mutex
-	enc    encoder
-	recvMu sync.Mutex
-	dec    decoder
+	sendMu   sync.Mutex
+	enc      encoder
+	sendSpin spinner // waits for room; under sendMu
+	recvMu   sync.Mutex
+	dec      decoder
+	recvSpin spinner // waits for a message; under recvMu
 }
 
 // Create makes a new region for one stub (the supervisor side): it lays

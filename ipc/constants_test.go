@@ -41,7 +41,7 @@ func goConstants() map[string]int64 {
 }
 
 // goNames are the process protocol's names Python must mirror.
-var goNames = map[string]string{"INSTANCE_ENV": InstanceEnv, "MODEL_ENV": ModelEnv}
+var goNames = map[string]string{"INSTANCE_ENV": InstanceEnv, "MODEL_ENV": ModelEnv, "HEARTBEAT_ENV": HeartbeatEnv}
 
 func TestConstantsMatchPython(t *testing.T) {
 	noLeaks(t)

@@ -76,13 +76,18 @@
 // reader_sleeping=1 with a full fence, re-checks tail, then FUTEX_WAITs on
 // the low 32 bits of tail. The producer stores tail with a full fence and
 // FUTEX_WAKEs only if reader_sleeping is 1. Before sleeping, each side
-// polls for spin_ns, so a quick answer costs no system call; every few
-// microseconds of polling it yields the CPU (sched_yield), because on a
-// small machine the peer may be waiting for this very core. Space waits
-// are symmetric on head/writer_sleeping.
-// Every sleep is a bounded slice (20 ms) after which the waiter re-checks
-// dead (and, in the stub, whether its parent is still the supervisor), so a
-// blocked call returns within 100 ms of the peer's death. The supervisor's
+// may poll, so a quick answer costs no system call: for at most spin_ns,
+// and only as long as polling has been paying (spin.go; the Python stub
+// does the same): the budget follows the waiter's recent waits and drops
+// to zero when the poller finds itself preempted, so on a contended CPU
+// waiters sleep at once instead of taking the slices the peer needs. No
+// side calls sched_yield. Space waits are symmetric on head/writer_sleeping.
+// Every sleep is a bounded slice after which the waiter re-checks dead
+// (and, in the stub, whether its parent is still the supervisor): 20 ms
+// for a wait with a deadline, 250 ms for one without (an idle stub waiting
+// for its next command: four wake-ups a second instead of fifty), so a
+// blocked call returns within half a second of the peer's death even if
+// no one wakes it (a stub also has Pdeathsig). The supervisor's
 // reaper sets dead and wakes every futex word when a stub exits.
 //
 // # Messages

@@ -30,7 +30,3 @@ func futexWakeAll(addr *uint32) {
 // getppid is checked by a stub between sleep slices: a changed parent
 // means the supervisor died.
 func getppid() int { return os.Getppid() }
-
-// osYield lets another runnable thread on this CPU run (sched_yield); it
-// returns at once when there is none.
-func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -15,5 +15,3 @@ func futexWaitOn(addr *uint32, val uint32, d time.Duration) { time.Sleep(d) }
 func futexWakeAll(addr *uint32) {}
 
 func getppid() int { return os.Getppid() }
-
-func osYield() {}

@@ -55,7 +55,8 @@ const (
 	MaxRingBytes        = 1 << 30
 	FrameHeaderBytes    = 4
 	waitSlice           = 20 * time.Millisecond
-	yieldEvery          = 4 * time.Microsecond
+	idleSlice           = 250 * time.Millisecond
+	yieldEvery          = 4 * time.Microsecond // a poller lets other goroutines run this often
 	defaultSpin         = 50 * time.Microsecond
 	maxSpin             = 10 * time.Millisecond
 	defaultRingBytes    = 1 << 20

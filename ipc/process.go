@@ -1,6 +1,9 @@
 package ipc
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // The process protocol: what a stub process gets from the supervisor that
 // starts it, besides the region's bytes. Both stubs rely on these (the Go
@@ -20,8 +23,35 @@ const (
 	// ModelEnv names the environment variable that carries the model's
 	// name.
 	ModelEnv = "STUBVISOR_MODEL"
+	// HeartbeatEnv names the environment variable that carries the
+	// stub's heartbeat period in milliseconds (HeartbeatPeriodFor); a
+	// stub started without it beats every HeartbeatPeriod.
+	HeartbeatEnv = "STUBVISOR_HEARTBEAT_MS"
 	// HeartbeatPeriod is how often a stub increments its heartbeat word
-	// (CtlStubHeartbeat); the supervisor restarts a stub whose word stops
-	// moving for --stub-heartbeat-timeout.
+	// (CtlStubHeartbeat) when HeartbeatEnv is unset, and the shortest
+	// period HeartbeatPeriodFor gives; the supervisor restarts a stub
+	// whose word stops moving for --stub-heartbeat-timeout.
 	HeartbeatPeriod = 100 * time.Millisecond
+	// MaxHeartbeatPeriod is the longest period HeartbeatPeriodFor gives.
+	MaxHeartbeatPeriod = time.Second
 )
+
+// HeartbeatPeriodFor is the beat period for a heartbeat timeout: a tenth
+// of it, within [HeartbeatPeriod, MaxHeartbeatPeriod]. Every beat wakes
+// an idle stub and the supervisor's check of it, so with the default 30 s
+// timeout a stub beats once a second (fifteen idle stubs then cost a few
+// dozen wake-ups a second, not hundreds), while a short timeout keeps a
+// beat every 100 ms.
+func HeartbeatPeriodFor(timeout time.Duration) time.Duration {
+	return min(MaxHeartbeatPeriod, max(HeartbeatPeriod, timeout/10))
+}
+
+// HeartbeatFromEnv is the period a stub was given in HeartbeatEnv
+// (HeartbeatPeriod when it is unset or not a positive number of ms).
+func HeartbeatFromEnv(v string) time.Duration {
+	ms, err := strconv.Atoi(v)
+	if err != nil || ms <= 0 {
+		return HeartbeatPeriod
+	}
+	return time.Duration(ms) * time.Millisecond
+}

@@ -2,6 +2,7 @@ package ipc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -67,7 +68,7 @@ func (c *Conn) push(b []byte) error {
 		if r.size-used >= total {
 			break
 		}
-		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}, c.spin); err != nil {
+		if err := c.waitChange(r.head, head, r.headFutex, r.writerSleeping, time.Time{}, c.spin, &c.sendSpin); err != nil {
 			return fmt.Errorf("ipc: send: %w", err)
 		}
 	}
@@ -102,7 +103,7 @@ func (c *Conn) pop(deadline time.Time, spin time.Duration, use func([]byte) erro
 	for {
 		tail := atomic.LoadUint64(r.tail)
 		if tail == head {
-			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline, spin); err != nil {
+			if err := c.waitChange(r.tail, tail, r.tailFutex, r.readerSleeping, deadline, spin, &c.recvSpin); err != nil {
 				return fmt.Errorf("ipc: recv: %w", err)
 			}
 			continue
@@ -138,47 +139,81 @@ func (c *Conn) consumed(r *ring, head uint64) {
 	}
 }
 
-// waitChange waits until *word != old: it polls for the spin time, then
-// sleeps on the futex in slices of at most waitSlice, announcing the sleep
-// in flag first (the Dekker handshake the producer completes). Between
-// slices it checks for death and Close, so it returns within a slice of
-// either.
-func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, spin time.Duration) error {
+// waitChange waits until *word != old: it polls for up to the spinner's
+// budget (at most spin), then sleeps on the futex in slices, announcing
+// the sleep in flag first (the Dekker handshake the producer completes).
+// A slice is short (waitSlice) when the caller has a deadline and long
+// (idleSlice) when it waits without one: between slices it re-checks
+// death and Close, which the reaper and Close also announce with a futex
+// wake, so the long slice only backs those up (and bounds how late a
+// stub notices that its parent changed) and an idle waiter wakes four
+// times a second.
+func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, spin time.Duration, sp *spinner) error {
 	hasDeadline := !deadline.IsZero()
-	if spin > 0 {
-		start := time.Now()
-		until := start.Add(spin)
-		if hasDeadline && deadline.Before(until) {
-			until = deadline
+	start := time.Now()
+	budget := sp.next(spin)
+	if budget > 0 {
+		polled, preempted := c.poll(word, old, start, budget, deadline)
+		if polled || preempted {
+			sp.done(spin, time.Since(start), polled, preempted)
 		}
-		nextYield := start.Add(yieldEvery)
-		for i := 1; ; i++ {
-			if atomic.LoadUint64(word) != old {
-				return nil
-			}
-			if i%32 == 0 {
-				now := time.Now()
-				if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
-					break
-				}
-				// Now and then give the CPU to the peer in case it waits
-				// for this one: on a small machine both processes may
-				// share a core, and spinning there would only delay the
-				// answer. Not on every round: a yield costs about a
-				// microsecond, and the answer usually comes sooner.
-				if now.After(nextYield) {
-					runtime.Gosched() // and to this process's other goroutines
-					osYield()
-					nextYield = now.Add(yieldEvery)
-				}
-			}
+		if polled {
+			return nil
 		}
 	}
+	err := c.sleepChange(word, old, fword, flag, deadline, hasDeadline)
+	switch waited := time.Since(start); {
+	case err == nil:
+		sp.done(spin, waited, false, false)
+	case errors.Is(err, ErrTimeout) && waited >= spin:
+		// A timeout says only that the answer is later than the wait:
+		// news when the wait outlasted the limit, none for a drain.
+		sp.done(spin, waited, false, false)
+	}
+	return err
+}
+
+// poll spins until *word != old (true), the budget or deadline passes,
+// the conn dies, or the clock shows the thread was descheduled
+// (preempted).
+func (c *Conn) poll(word *uint64, old uint64, start time.Time, budget time.Duration, deadline time.Time) (changed, preempted bool) {
+	until := start.Add(budget)
+	if !deadline.IsZero() && deadline.Before(until) {
+		until = deadline
+	}
+	last := start
+	nextGosched := start.Add(yieldEvery)
+	for i := 1; ; i++ {
+		if atomic.LoadUint64(word) != old {
+			return true, false
+		}
+		if i%32 != 0 {
+			continue
+		}
+		now := time.Now()
+		if now.Sub(last) > preemptGap {
+			return atomic.LoadUint64(word) != old, true
+		}
+		last = now
+		if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
+			return false, false
+		}
+		// Let this process's other goroutines have the P now and then
+		// (no system call: the OS thread keeps the CPU).
+		if now.After(nextGosched) {
+			runtime.Gosched()
+			nextGosched = now.Add(yieldEvery)
+		}
+	}
+}
+
+// sleepChange sleeps on the futex until *word != old, in slices.
+func (c *Conn) sleepChange(word *uint64, old uint64, fword, flag *uint32, deadline time.Time, hasDeadline bool) error {
 	for {
 		if err := c.alive(); err != nil {
 			return err
 		}
-		slice := waitSlice
+		slice := idleSlice
 		if hasDeadline {
 			rem := time.Until(deadline)
 			if rem <= 0 {
@@ -187,7 +222,7 @@ func (c *Conn) waitChange(word *uint64, old uint64, fword, flag *uint32, deadlin
 				}
 				return ErrTimeout
 			}
-			slice = min(slice, rem)
+			slice = min(waitSlice, rem)
 		}
 		atomic.StoreUint32(flag, 1)
 		if atomic.LoadUint64(word) != old {

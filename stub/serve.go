@@ -122,10 +122,11 @@ func (h *host) run() int {
 	}
 }
 
-// heartbeat beats every period and ends the process when the supervisor
-// is gone, even while the model is stuck in Execute.
+// heartbeat beats every period the supervisor gave (ipc.HeartbeatEnv) and
+// ends the process when the supervisor is gone, even while the model is
+// stuck in Execute.
 func (h *host) heartbeat(stop chan struct{}) {
-	t := time.NewTicker(ipc.HeartbeatPeriod)
+	t := time.NewTicker(ipc.HeartbeatFromEnv(os.Getenv(ipc.HeartbeatEnv)))
 	defer t.Stop()
 	for {
 		select {

@@ -346,7 +346,8 @@ func (mv *modelVersion) ready() bool { return mv.scheduler.Ready() }
 
 // command builds the stub process for inst.
 func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
-	env := append(os.Environ(), ipc.InstanceEnv+"="+inst.name, ipc.ModelEnv+"="+mv.name)
+	env := append(os.Environ(), ipc.InstanceEnv+"="+inst.name, ipc.ModelEnv+"="+mv.name,
+		ipc.HeartbeatEnv+"="+strconv.FormatInt(ipc.HeartbeatPeriodFor(mv.sup.opts.HeartbeatTimeout).Milliseconds(), 10))
 	switch mv.kind {
 	case modelconfig.KindPython:
 		pydir, err := mv.sup.pythonDir()

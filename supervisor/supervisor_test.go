@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
 	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 	"github.com/stubvisor/stubvisor/supervisor/sched"
@@ -452,20 +453,68 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 }
 
 // TestHeartbeatAdvances checks that a live stub keeps proving it is
-// alive: its heartbeat age stays well under the stub's 100 ms beat period
-// plus scheduling noise, across several beats.
+// alive: its heartbeat age stays under two beat periods (the stub's beat
+// and the watchdog's look, each a tenth of the timeout) plus scheduling
+// noise, across several beats; an idle stub beats that rarely, not every
+// 100 ms, so it costs few wake-ups.
 func TestHeartbeatAdvances(t *testing.T) {
-	s := newSupervisor(t, "add_sub")
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	cases := []struct {
+		name    string
+		timeout time.Duration
+	}{
+		{"short timeout, 100 ms beat", time.Second},
+		{"default timeout, 1 s beat", DefaultOptions().HeartbeatTimeout},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := startSupervisor(t, hclog.NewNullLogger(), func(o *Options) { o.HeartbeatTimeout = c.timeout }, "add_sub")
+			period := ipc.HeartbeatPeriodFor(c.timeout)
+			deadline := time.Now().Add(3 * period)
+			for time.Now().Before(deadline) {
+				st, err := s.Stubs(context.Background(), "add_sub")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if age := st[0].Stubs[0].HeartbeatAge; age > 2*period+500*time.Millisecond {
+					t.Fatalf("heartbeat age %s with a %s beat: the stub stopped beating", age, period)
+				}
+				time.Sleep(period / 4) // sampling a status figure over time
+			}
+		})
+	}
+}
+
+// TestSilentStubKilled stops a stub (SIGSTOP: it neither beats nor dies)
+// and checks that the supervisor replaces it no sooner than the heartbeat
+// timeout and no later than one beat period after it, with the cause.
+func TestSilentStubKilled(t *testing.T) {
+	const timeout = 2 * time.Second
+	s := startSupervisor(t, hclog.NewNullLogger(), func(o *Options) { o.HeartbeatTimeout = timeout }, "add_sub")
+	stub := func() backendapi.StubStatus {
 		st, err := s.Stubs(context.Background(), "add_sub")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if age := st[0].Stubs[0].HeartbeatAge; age > 600*time.Millisecond {
-			t.Fatalf("heartbeat age %s: the stub stopped beating", age)
-		}
-		time.Sleep(50 * time.Millisecond) // sampling a status figure over time
+		return st[0].Stubs[0]
+	}
+	first := stub()
+	if err := syscall.Kill(first.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(first.PID, syscall.SIGCONT) })
+	stopped := time.Now()
+	waitUntil(t, timeout+5*time.Second, "the silent stub to be replaced", func() bool {
+		return stub().Restarts > first.Restarts
+	})
+	took := time.Since(stopped)
+	// The last beat was at most one period before the stop; the watchdog
+	// looks once a period.
+	period := ipc.HeartbeatPeriodFor(timeout)
+	if took < timeout-period || took > timeout+2*period+time.Second {
+		t.Fatalf("replaced after %s, want about %s (beat period %s)", took, timeout, period)
+	}
+	if cause := stub().LastExitCause; !strings.Contains(cause, "no heartbeat") {
+		t.Fatalf("last exit cause %q, want the heartbeat timeout", cause)
 	}
 }
 

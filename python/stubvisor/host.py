@@ -41,6 +41,7 @@ from .common import (
     _COMMANDS,
     _CUDA,
     _FINAL,
+    _BUSY_PERIOD,
     _HEARTBEAT_PERIOD,
     _K_AUTO_COMPLETE,
     _K_CANCEL,
@@ -122,6 +123,14 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         # only when there are some (a notify costs about a microsecond).
         self._cond_waiters = 0
         self._main_waiting = False
+        # The heartbeat thread's view of the main thread: idle while it
+        # waits for a command, taken counts the commands it took, and
+        # _beat_long is set while the heartbeat thread sleeps a whole
+        # idle period (a command taken then wakes it: _took).
+        self._idle = False
+        self._taken = 0
+        self._beat_long = False
+        self._beat_wake = threading.Event()
         self._commands = collections.deque()
         self._calls = {}
         self._open_senders = set()  # handles left to a response sender (_left_to_sender)
@@ -184,7 +193,22 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
 
     def _heartbeat(self):
         parent = os.getppid()
-        while not self._stop.wait(_HEARTBEAT_PERIOD):
+        wake = self._beat_wake
+        taken = -1
+        while True:
+            # Sleep the long idle period only once the main thread has
+            # waited for a command through a whole busy period: under load
+            # nobody wakes this thread, and a stub that went idle costs
+            # one beat per idle period.
+            self._beat_long = True
+            long_ = self._idle and self._taken == taken
+            self._beat_long = long_
+            taken = self._taken
+            wake.wait(_HEARTBEAT_PERIOD if long_ else _BUSY_PERIOD)
+            self._beat_long = False
+            wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.ch.beat()
                 self._flush_frees()
@@ -204,11 +228,12 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         itself and handling everything else on the way."""
         commands = self._commands
         reader = self._reader
+        self._idle = True
         while True:
             if commands:
-                return commands.popleft()
+                return self._took(commands.popleft())
             self._main_waiting = True
-            got = reader.acquire(timeout=_HEARTBEAT_PERIOD)
+            got = reader.acquire(timeout=_BUSY_PERIOD)
             self._main_waiting = False
             if not got:
                 continue
@@ -226,8 +251,17 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             if msg is None:
                 continue
             if msg[M_KIND] in _COMMANDS:
-                return msg
+                return self._took(msg)
             self._dispatch(msg)
+
+    def _took(self, msg):
+        """Note that the main thread took a command (it is busy now), and
+        wake the heartbeat thread if it sleeps an idle period."""
+        self._idle = False
+        self._taken += 1
+        if self._beat_long:
+            self._beat_wake.set()
+        return msg
 
     def _dispatch(self, msg):
         """Handle a message read by whoever holds the reader lock."""

@@ -40,7 +40,8 @@ MAGIC = 0x0052535642555453  # b"STUBVSR\0" little-endian
 # and lifeline, the environment that names it, and its heartbeat period.
 REGION_FD = 3
 LIFELINE_FD = 4
-HEARTBEAT_PERIOD_MS = 100
+HEARTBEAT_PERIOD_MS = 100  # the default period, and the heartbeat thread's period while busy
+HEARTBEAT_ENV = "STUBVISOR_HEARTBEAT_MS"  # the period the supervisor chose, in ms
 INSTANCE_ENV = "STUBVISOR_INSTANCE"
 MODEL_ENV = "STUBVISOR_MODEL"
 
@@ -120,8 +121,10 @@ INLINE_MAX = 1024  # the largest tensor sent inline
 
 FLAG_FINAL = 1
 
-WAIT_SLICE = 0.020  # seconds; a blocked call re-checks death this often
-_YIELD_EVERY_NS = 4000  # while spinning, give up the CPU this often
+WAIT_SLICE = 0.020  # seconds; a wait with a deadline re-checks death this often
+IDLE_SLICE = 0.25  # seconds; a wait without one (death and close also wake it)
+_PREEMPT_GAP_NS = 50_000  # a clock jump this large while polling: the thread was descheduled
+_MIN_BUDGET_NS = 1000  # the shortest poll worth starting
 
 
 class PeerDead(Exception):
@@ -481,6 +484,9 @@ class Channel:
         self.header = header
         self.region_size = header["region_size"]
         self.spin_ns = header["spin_ns"]
+        # Poll budgets of the two kinds of wait (a message, room to send),
+        # learnt as in the Go side's spinner (ipc/spin.go): see _wait_change.
+        self._budget = [self.spin_ns, self.spin_ns]
         addr = _libc.mmap(None, self.region_size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_NORESERVE, fd, 0)
         if addr is None or addr == _MAP_FAILED:
             err = ctypes.get_errno()
@@ -635,49 +641,75 @@ class Channel:
 
     # --- waiting --------------------------------------------------------------
 
-    def _wait_change(self, load, old, futex_addr, flag_addr, deadline):
-        """Wait until load() != old: poll for spin_ns, then sleep on the
-        futex in bounded slices after announcing the sleep in the flag (the
-        producer wakes us only when the flag is set). Returns False when the
-        deadline (a time.monotonic() value, or None) passes first."""
-        spin = self.spin_ns
-        if spin:
-            now = time.perf_counter_ns
-            end = now() + spin
+    def _wait_change(self, load, old, futex_addr, flag_addr, deadline, which=0):
+        """Wait until load() != old: poll while polling pays, then sleep
+        on the futex in bounded slices after announcing the sleep in the
+        flag (the producer wakes us only when the flag is set). Returns
+        False when the deadline (a time.monotonic() value, or None) passes
+        first. which picks the poll budget (0: a message, 1: room).
+
+        The budget follows the recent waits, as ipc/spin.go explains: kept
+        (and lifted to twice the wait) when the poll caught the change,
+        set to twice the wait when a sleep ended sooner than spin_ns,
+        halved when it ended later, and dropped to zero when the poller
+        saw its own clock jump (it was descheduled: the CPU is contended,
+        and polling only takes the slice the supervisor needs). No
+        sched_yield: on a busy CPU it hands the core away for a slice."""
+        limit = self.spin_ns
+        now = time.perf_counter_ns
+        start = now()
+        budget = self._budget[which]
+        if budget:
+            end = start + budget
             if deadline is not None:
-                end = min(end, now() + int((deadline - time.monotonic()) * 1e9))
+                end = min(end, start + int((deadline - time.monotonic()) * 1e9))
             dead = self._dead
-            yield_cpu = os.sched_yield
-            next_yield = now() + _YIELD_EVERY_NS
+            last = start
             while True:
                 for _ in range(8):
                     if load() != old:
+                        waited = now() - start
+                        self._budget[which] = min(limit, max(budget, 2 * waited))
                         return True
                 t = now()
+                if t - last > _PREEMPT_GAP_NS:
+                    self._budget[which] = 0
+                    break
+                last = t
                 if dead.value or self._closed or t >= end:
                     break
-                # Now and then let the supervisor run in case it waits for
-                # this CPU (on a small machine both may share a core); not
-                # every round, as a yield costs about a microsecond.
-                if t >= next_yield:
-                    yield_cpu()
-                    next_yield = t + _YIELD_EVERY_NS
+        slice_ = IDLE_SLICE if deadline is None else WAIT_SLICE
         while True:
             self._check_alive()
-            wait = WAIT_SLICE
+            wait = slice_
             if deadline is not None:
                 rem = deadline - time.monotonic()
                 if rem <= 0:
+                    # A timeout tells only that the answer is later than
+                    # the wait: news when the wait outlasted the limit.
+                    if now() - start >= limit:
+                        self._learn(which, limit, limit)
                     return load() != old
                 wait = min(wait, rem)
             _xchg4(flag_addr, 1, _SEQ_CST)
             if load() != old:
                 _xchg4(flag_addr, 0, _SEQ_CST)
+                self._learn(which, now() - start, limit)
                 return True
             _futex_wait(futex_addr, old, wait)
             _xchg4(flag_addr, 0, _SEQ_CST)
             if load() != old:
+                self._learn(which, now() - start, limit)
                 return True
+
+    def _learn(self, which, waited, limit):
+        """Adjust a poll budget after a wait that ended asleep."""
+        if waited < limit:
+            b = 2 * waited
+            b = limit if b > limit else b
+        else:
+            b = self._budget[which] // 2
+        self._budget[which] = b if b >= _MIN_BUDGET_NS else 0
 
     # --- messages -------------------------------------------------------------
 
@@ -734,7 +766,7 @@ class Channel:
                 raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
             if r.size - used >= total:
                 break
-            self._wait_change(r.load_head, head, r.head_addr, r.writer_sleeping_addr, None)
+            self._wait_change(r.load_head, head, r.head_addr, r.writer_sleeping_addr, None, 1)
         mv = self._mv
         start = r.data_off + pos
         if room < need:

@@ -146,6 +146,7 @@ class LifecycleMixin:
             except Exception as exc:
                 self._diag("ERROR", "finalize() failed: " + describe(exc))
         self._stop.set()
+        self._beat_wake.set()
         self._flush_frees()
         self._reply(msg[M_ID], None, None)
         _exit_now(0)

@@ -331,9 +331,13 @@ func (p *Proc) notStarted() error {
 		p.cfg.Instance, p.cfg.Model, p.cause)
 }
 
-// watch enforces the heartbeat and execute timeouts while the process lives.
+// watch enforces the heartbeat and execute timeouts while the process
+// lives. It looks every watchInterval while the stub has work, and every
+// idleWatch otherwise, so an idle stub costs its supervisor about one
+// wake-up per heartbeat period.
 func (p *Proc) watch() {
-	tick := time.NewTicker(watchInterval)
+	idle := p.idleWatch()
+	tick := time.NewTimer(idle)
 	defer tick.Stop()
 	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
 	for {
@@ -360,8 +364,38 @@ func (p *Proc) watch() {
 					p.Kill(fmt.Sprintf("execute ran longer than EXECUTE_TIMEOUT_MS=%d", limit.Milliseconds()))
 				}
 			}
+			if p.hasWork() {
+				tick.Reset(watchInterval)
+			} else {
+				tick.Reset(idle)
+			}
 		}
 	}
+}
+
+// idleWatch is the watchdog's period while the stub is idle: the stub's
+// heartbeat period (ipc.HeartbeatPeriodFor, a tenth of the timeout, at
+// most a second), so a silent stub is killed at most one period after
+// --stub-heartbeat-timeout, and shorter when the model's execute timeout
+// needs a quicker first look at an execute that began meanwhile.
+func (p *Proc) idleWatch() time.Duration {
+	d := ipc.HeartbeatPeriodFor(p.cfg.HeartbeatTimeout)
+	if limit := p.cfg.ExecuteTimeout; limit > 0 {
+		d = min(d, max(watchInterval, limit/4))
+	}
+	return max(d, watchInterval)
+}
+
+// hasWork reports whether the stub holds requests, runs an execute or has
+// releases held back for it: then the watchdog keeps its short period.
+func (p *Proc) hasWork() bool {
+	p.mu.Lock()
+	work := len(p.batches) > 0 || len(p.requests) > 0 || !p.execSince.IsZero()
+	p.mu.Unlock()
+	p.relMu.Lock()
+	work = work || len(p.relOffs) > 0
+	p.relMu.Unlock()
+	return work
 }
 
 // drainIdle reads what the stub sent while no caller was reading (logs
