@@ -85,7 +85,7 @@ bench-stub:
 	$(GO) run ./cmd/stubvisor-bench stub
 
 bench-http: deps-bench build
-	$(GO) run ./cmd/stubvisor-bench http --python $(PYTHON)
+	$(GO) run ./cmd/stubvisor-bench http --python $(PYTHON) -neighbours 2 -quick -idle 10s -idle-models "$(RUN_MODELS)"
 
 bench-grpc: build
 	$(GO) run ./cmd/stubvisor-bench grpc

@@ -92,6 +92,7 @@ type Conn struct {
 	peerBeat *uint64
 	ppid     int // stub side: the supervisor's pid at attach
 	spin     time.Duration
+	idle     atomic.Int64 // the sleep slice of a wait without deadline (SetIdleSlice)
 	maxFrame int
 
 	// opMu is held shared by every operation and exclusively by Close, so
@@ -284,6 +285,18 @@ func (c *Conn) RecvSpin(deadline time.Time, spin time.Duration) (Message, error)
 		return nil, err
 	}
 	return m, nil
+}
+
+// SetIdleSlice sets how long a wait without deadline sleeps between its
+// checks of death and of the parent (250 ms unless set). A stub whose own
+// heartbeat checks its parent every beat, and which dies with its parent
+// anyway (Pdeathsig), lengthens it so that an idle stub does not wake
+// for nothing; the reaper's and Close's futex wakes end the wait at once
+// whatever the slice.
+func (c *Conn) SetIdleSlice(d time.Duration) {
+	if d > 0 {
+		c.idle.Store(int64(d))
+	}
 }
 
 // alive reports ErrClosed or ErrPeerDead when waiting is pointless.

@@ -214,6 +214,9 @@ func (c *Conn) sleepChange(word *uint64, old uint64, fword, flag *uint32, deadli
 			return err
 		}
 		slice := idleSlice
+		if d := c.idle.Load(); d > 0 {
+			slice = time.Duration(d)
+		}
 		if hasDeadline {
 			rem := time.Until(deadline)
 			if rem <= 0 {

@@ -49,6 +49,10 @@ func serve(model Model) int {
 		fmt.Fprintf(os.Stderr, "stubvisor Go stub: cannot attach to the region on fd %d: %v\n", ipc.RegionFD, err)
 		return exitAttach
 	}
+	// The heartbeat checks the parent every beat and Pdeathsig ends this
+	// process with it: an idle wait for the next command need not wake
+	// to look.
+	conn.SetIdleSlice(idleSlice)
 	h := newHost(conn, model, os.Getenv(ipc.InstanceEnv), life)
 	defer h.shm.closeAll()
 	return h.run()
@@ -89,6 +93,10 @@ func newHost(conn *ipc.Conn, model Model, instance string, life int) *host {
 		exit:      make(chan int, 1),
 	}
 }
+
+// idleSlice is how long the stub's idle ring wait sleeps between its own
+// checks of the parent (the heartbeat makes them too).
+const idleSlice = 10 * time.Second
 
 // current is the host of this process, for Logf.
 var current atomic.Pointer[host]

@@ -125,8 +125,15 @@ func runHTTPBench(args []string) error {
 	sf := addServerFlags(fs)
 	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
 	only := fs.String("case", "", "run only the cases whose name contains this")
+	neighbours := fs.Int("neighbours", 0, "also run every case with this many CPU-bound neighbour processes beside each measurement")
+	idle := fs.Duration("idle", 0, "when set, also measure an idle server (the -idle-models loaded) for this long and print its CPU and wake-ups")
+	idleSet := fs.String("idle-models", idleModels, "the models of the idle measurement (make run's set)")
+	quick := fs.Bool("quick", false, "shorter measurements (1 s, 300 ms warm-up) for a whole run in a few minutes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *quick {
+		*duration, *warmup = time.Second, 300*time.Millisecond
 	}
 	var extra []string
 	if *spin != "" {
@@ -162,8 +169,17 @@ func runHTTPBench(args []string) error {
 		if *only != "" && !strings.Contains(c.name, *only) {
 			continue
 		}
-		if err := runHTTPCase(c, srv, fastapi, *rounds, *warmup, *duration); err != nil {
+		run := caseRun{rounds: *rounds, warmup: *warmup, d: *duration, python: env.python}
+		if err := runHTTPCase(c, srv, fastapi, run); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		if *neighbours > 0 {
+			run.neighbours = *neighbours
+			busy := c
+			busy.name += fmt.Sprintf("-busy%d", *neighbours)
+			if err := runHTTPCase(busy, srv, fastapi, run); err != nil {
+				return fmt.Errorf("%s: %w", busy.name, err)
+			}
 		}
 	}
 	if *only == "" || strings.Contains("generate_stream-64tokens-c16", *only) {
@@ -176,13 +192,32 @@ func runHTTPBench(args []string) error {
 			return fmt.Errorf("%s: %w", openAIStreamCase, err)
 		}
 	}
+	if *idle > 0 {
+		srv.stop()
+		if fastapi != nil {
+			fastapi.stop()
+		}
+		if err := runIdle(env.bin, env.python, *idleSet, *idle); err != nil {
+			return fmt.Errorf("idle: %w", err)
+		}
+	}
 	return nil
+}
+
+// caseRun is how a case is measured: rounds of warmup then d per server,
+// with neighbours CPU-bound processes beside each measurement (none: 0).
+type caseRun struct {
+	rounds     int
+	warmup, d  time.Duration
+	neighbours int
+	python     string
 }
 
 // runHTTPCase runs one case against stubvisor, the FastAPI yardstick (when
 // running) and the floor in alternating rounds and prints their medians
-// and stubvisor's median ratios to each.
-func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, rounds int, warmup, d time.Duration) error {
+// and stubvisor's ratios to each: throughput (the median of the rounds'
+// ratios), CPU time per request and p50 latency (of the medians).
+func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) error {
 	// The floor answers with exactly what stubvisor answered.
 	canned, cannedHdr, err := httpOnce(http.DefaultClient, srv.url(), c)
 	if err != nil {
@@ -203,27 +238,43 @@ func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, rounds int, wa
 	targets = append(targets, httpTarget{"floor-", floor.url, floor.pid()})
 	sides := make([]func() (Stats, error), len(targets))
 	for i, t := range targets {
-		sides[i] = func() (Stats, error) { return loadHTTP(t.url, t.pid, c, warmup, d) }
+		sides[i] = func() (Stats, error) {
+			return withNeighbours(run.python, run.neighbours, run.warmup+run.d+time.Minute, func() (Stats, error) {
+				return loadHTTP(t.url, t.pid, c, run.warmup, run.d)
+			})
+		}
 	}
-	medians, ratios, err := alternateAll(rounds, sides)
+	medians, ratios, err := alternateAll(run.rounds, sides)
 	if err != nil {
 		return err
 	}
 	line := "http ratio " + c.name
+	cpu := ""
 	for i, t := range targets {
 		printHTTP(t.name+c.name, medians[i])
 		if i > 0 {
-			line += fmt.Sprintf(" vs_%s=%.3f", strings.TrimSuffix(t.name, "-"), ratios[i])
+			name := strings.TrimSuffix(t.name, "-")
+			line += fmt.Sprintf(" vs_%s=%.3f", name, ratios[i])
+			if medians[i].CPUPerOp > 0 {
+				cpu += fmt.Sprintf(" cpu_vs_%s=%.2f", name, float64(medians[0].CPUPerOp)/float64(medians[i].CPUPerOp))
+			}
+			if medians[i].P50 > 0 {
+				cpu += fmt.Sprintf(" p50_vs_%s=%.2f", name, float64(medians[0].P50)/float64(medians[i].P50))
+			}
 		}
 	}
-	fmt.Println(line)
+	fmt.Println(line + cpu)
 	return nil
 }
 
+// printHTTP prints one server's medians: throughput, latency, and what
+// the server's process tree cost per request: CPU time, context switches
+// (each one a sleep or a preemption of one of its threads) and time its
+// threads waited for a CPU.
 func printHTTP(name string, s Stats) {
-	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f cpu_us_per_req=%.1f\n", name, s.PerSecond,
+	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f cpu_us_per_req=%.1f ctx_per_req=%.2f runq_us_per_req=%.1f\n", name, s.PerSecond,
 		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond),
-		float64(s.CPUPerOp)/float64(time.Microsecond))
+		float64(s.CPUPerOp)/float64(time.Microsecond), s.CtxPerOp, float64(s.RunqPerOp)/float64(time.Microsecond))
 }
 
 // httpOnce sends the case's request once and returns the 200 response.
@@ -263,10 +314,14 @@ func loadHTTP(base string, pid int, c httpCase, warmup, d time.Duration) (Stats,
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	cpu0 := make(chan time.Duration, 1)
+	type usage struct {
+		cpu   time.Duration
+		sched schedUse
+	}
+	use0 := make(chan usage, 1)
 	go func() {
 		time.Sleep(time.Until(measureFrom))
-		cpu0 <- treeCPU(pid)
+		use0 <- usage{treeCPU(pid), treeSched(pid)}
 	}()
 	for range c.conns {
 		wg.Add(1)
@@ -310,13 +365,16 @@ func loadHTTP(base string, pid int, c httpCase, warmup, d time.Duration) (Stats,
 		}()
 	}
 	wg.Wait()
-	cpu := treeCPU(pid) - <-cpu0
+	u0 := <-use0
+	cpu, sched := treeCPU(pid)-u0.cpu, treeSched(pid).sub(u0.sched)
 	if firstErr != nil {
 		return Stats{}, firstErr
 	}
 	s := summarize(samples, len(samples), time.Since(measureFrom))
-	if len(samples) > 0 {
-		s.CPUPerOp = cpu / time.Duration(len(samples))
+	if n := len(samples); n > 0 {
+		s.CPUPerOp = cpu / time.Duration(n)
+		s.CtxPerOp = float64(sched.switches) / float64(n)
+		s.RunqPerOp = sched.runq / time.Duration(n)
 	}
 	return s, nil
 }

@@ -109,6 +109,8 @@ type Stats struct {
 	P50, P99  time.Duration
 	PerSecond float64
 	CPUPerOp  time.Duration // CPU time of the server's processes per operation, when measured
+	CtxPerOp  float64       // context switches of the server's threads per operation, when measured
+	RunqPerOp time.Duration // time the server's threads waited for a CPU per operation, when measured
 }
 
 // summarize sorts samples (per-operation durations) and returns their

@@ -58,3 +58,66 @@ func treeCPU(root int) time.Duration {
 	}
 	return time.Duration(total) * clockTick
 }
+
+// schedUse is what the scheduler accounts to a process tree's live
+// threads (/proc/<pid>/task/<tid>/schedstat and status): time on a CPU,
+// time runnable but waiting for one (run-queue latency), and context
+// switches, voluntary (the thread slept: a wake-up to come) plus
+// involuntary (it was preempted). Threads that exited are not counted,
+// which over a few seconds of a server's life loses little.
+type schedUse struct {
+	onCPU, runq time.Duration
+	switches    int64
+}
+
+func (a schedUse) sub(b schedUse) schedUse {
+	return schedUse{a.onCPU - b.onCPU, a.runq - b.runq, a.switches - b.switches}
+}
+
+// treeSched sums schedUse over root and its live descendants.
+func treeSched(root int) schedUse {
+	var u schedUse
+	for _, pid := range treePIDs(root) {
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*")
+		for _, task := range tasks {
+			if b, err := os.ReadFile(task + "/schedstat"); err == nil {
+				if f := bytes.Fields(b); len(f) >= 2 {
+					on, _ := strconv.ParseInt(string(f[0]), 10, 64)
+					wait, _ := strconv.ParseInt(string(f[1]), 10, 64)
+					u.onCPU += time.Duration(on)
+					u.runq += time.Duration(wait)
+				}
+			}
+			if b, err := os.ReadFile(task + "/status"); err == nil {
+				for _, line := range bytes.Split(b, []byte("\n")) {
+					if bytes.HasPrefix(line, []byte("voluntary_ctxt_switches:")) || bytes.HasPrefix(line, []byte("nonvoluntary_ctxt_switches:")) {
+						f := bytes.Fields(line)
+						n, _ := strconv.ParseInt(string(f[len(f)-1]), 10, 64)
+						u.switches += n
+					}
+				}
+			}
+		}
+	}
+	return u
+}
+
+// treePIDs lists root and its live descendants.
+func treePIDs(root int) []int {
+	out := []int{root}
+	for i := 0; i < len(out); i++ {
+		kids, _ := filepath.Glob("/proc/" + strconv.Itoa(out[i]) + "/task/[0-9]*/children")
+		for _, k := range kids {
+			b, err := os.ReadFile(k)
+			if err != nil {
+				continue
+			}
+			for _, f := range bytes.Fields(b) {
+				if pid, err := strconv.Atoi(string(f)); err == nil {
+					out = append(out, pid)
+				}
+			}
+		}
+	}
+	return out
+}

@@ -67,6 +67,9 @@ def _heartbeat_period():
 # from --stub-heartbeat-timeout) while it is idle.
 _BUSY_PERIOD = ipc.HEARTBEAT_PERIOD_MS / 1000
 _HEARTBEAT_PERIOD = max(_BUSY_PERIOD, _heartbeat_period())
+# How long the main thread's idle wait for a command sleeps between its
+# own checks of the parent (the heartbeat thread makes them every beat).
+_IDLE_WAIT = 10.0
 _IS_READY_TIMEOUT = 5.0
 _CANCELLED_MAX = 65536
 _TEXT_MAX = 16384

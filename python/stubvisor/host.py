@@ -43,6 +43,7 @@ from .common import (
     _FINAL,
     _BUSY_PERIOD,
     _HEARTBEAT_PERIOD,
+    _IDLE_WAIT,
     _K_AUTO_COMPLETE,
     _K_CANCEL,
     _K_COLLECT_METRICS,
@@ -102,6 +103,10 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
 
     def __init__(self, channel, instance):
         self.ch = channel
+        # The heartbeat thread checks the parent every beat (and Pdeathsig
+        # ends the stub with it): the idle wait for a command need not
+        # wake to look; the reaper's futex wake ends it at once.
+        channel.idle_slice = _IDLE_WAIT
         # The bytes of small tensors one message may carry inline (a
         # quarter of a frame, as the supervisor allows its Execute): the
         # rest of a batch's small outputs go through arena 1.

@@ -487,6 +487,9 @@ class Channel:
         # Poll budgets of the two kinds of wait (a message, room to send),
         # learnt as in the Go side's spinner (ipc/spin.go): see _wait_change.
         self._budget = [self.spin_ns, self.spin_ns]
+        # The sleep slice of a wait without deadline: a stub's Host, whose
+        # heartbeat checks the parent every beat, lengthens it.
+        self.idle_slice = IDLE_SLICE
         addr = _libc.mmap(None, self.region_size, _PROT_READ_WRITE, _MAP_SHARED | _MAP_NORESERVE, fd, 0)
         if addr is None or addr == _MAP_FAILED:
             err = ctypes.get_errno()
@@ -678,7 +681,7 @@ class Channel:
                 last = t
                 if dead.value or self._closed or t >= end:
                     break
-        slice_ = IDLE_SLICE if deadline is None else WAIT_SLICE
+        slice_ = self.idle_slice if deadline is None else WAIT_SLICE
         while True:
             self._check_alive()
             wait = slice_

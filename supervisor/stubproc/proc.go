@@ -337,7 +337,7 @@ func (p *Proc) notStarted() error {
 // wake-up per heartbeat period.
 func (p *Proc) watch() {
 	idle := p.idleWatch()
-	tick := time.NewTimer(idle)
+	tick := time.NewTimer(untilGrid(time.Now(), idle))
 	defer tick.Stop()
 	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
 	for {
@@ -367,7 +367,7 @@ func (p *Proc) watch() {
 			if p.hasWork() {
 				tick.Reset(watchInterval)
 			} else {
-				tick.Reset(idle)
+				tick.Reset(untilGrid(time.Now(), idle))
 			}
 		}
 	}
@@ -384,6 +384,14 @@ func (p *Proc) idleWatch() time.Duration {
 		d = min(d, max(watchInterval, limit/4))
 	}
 	return max(d, watchInterval)
+}
+
+// untilGrid is the time from now to the next multiple of period since
+// the epoch: the idle watchdogs of every stub with the same period fire
+// together, so the Go runtime wakes once for all of them rather than once
+// for each (an idle server's wake-ups are mostly timers).
+func untilGrid(now time.Time, period time.Duration) time.Duration {
+	return period - time.Duration(now.UnixNano()%int64(period))
 }
 
 // hasWork reports whether the stub holds requests, runs an execute or has
