@@ -124,7 +124,7 @@ func runHTTPBench(args []string) error {
 	workers := fs.Int("fastapi-workers", 2, "uvicorn workers of the FastAPI yardstick (0 leaves it out)")
 	sf := addServerFlags(fs)
 	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
-	only := fs.String("case", "", "run only the cases whose name contains this")
+	only := fs.String("case", "", "run only the cases whose name contains this (ending in $: whose name ends with it)")
 	neighbours := fs.Int("neighbours", 0, "also run every case with this many CPU-bound neighbour processes beside each measurement")
 	idle := fs.Duration("idle", 0, "when set, also measure an idle server (the -idle-models loaded) for this long and print its CPU and wake-ups")
 	idleSet := fs.String("idle-models", idleModels, "the models of the idle measurement (make run's set)")
@@ -166,7 +166,7 @@ func runHTTPBench(args []string) error {
 		return err
 	}
 	for _, c := range cases {
-		if *only != "" && !strings.Contains(c.name, *only) {
+		if !caseMatches(c.name, *only) {
 			continue
 		}
 		run := caseRun{rounds: *rounds, warmup: *warmup, d: *duration, python: env.python}
@@ -202,6 +202,16 @@ func runHTTPBench(args []string) error {
 		}
 	}
 	return nil
+}
+
+// caseMatches reports whether the -case filter picks name: it contains
+// the filter, or ends with it when the filter ends in "$" (so "json-c1$"
+// is the c1 case alone, not c16 too).
+func caseMatches(name, filter string) bool {
+	if f, ok := strings.CutSuffix(filter, "$"); ok {
+		return strings.HasSuffix(name, f)
+	}
+	return strings.Contains(name, filter)
 }
 
 // caseRun is how a case is measured: rounds of warmup then d per server,
