@@ -256,7 +256,12 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             if msg is None:
                 continue
             if msg[M_KIND] in _COMMANDS:
-                return self._took(msg)
+                # _took, inlined: this is every request's path.
+                self._idle = False
+                self._taken += 1
+                if self._beat_long:
+                    self._beat_wake.set()
+                return msg
             self._dispatch(msg)
 
     def _took(self, msg):

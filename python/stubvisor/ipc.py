@@ -636,7 +636,8 @@ class Channel:
             _futex_wake(r.head_addr)
 
     def beat(self):
-        """Increment this side's heartbeat word (the stub does it every 100 ms)."""
+        """Increment this side's heartbeat word (the stub does it every
+        heartbeat period, HEARTBEAT_ENV)."""
         _fetch_add8(self._own_beat_addr, 1, _SEQ_CST)
 
     def peer_heartbeat(self):

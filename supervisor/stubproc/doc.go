@@ -38,7 +38,9 @@
 //   - Proc (one incarnation), from Spawn: reap (until the process is
 //     reaped and its requests failed), two forwardLines (stdout, stderr;
 //     reap waits for them, or closes the pipes after pipeGrace), watch (the
-//     watchdog, until the process exits).
+//     watchdog, until the process exits: every 50 ms while the stub has
+//     work, once a heartbeat period on a grid shared by all stubs while it
+//     is idle).
 //   - Dispatch, started by the Host's owner once per incarnation, feeds
 //     queued batches into free slots until the process exits.
 //   - Request: readFor, started by Wait when its caller gives up while the
