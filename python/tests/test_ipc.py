@@ -180,6 +180,35 @@ class ChannelTest(unittest.TestCase):
             stub.beat()
         self.assertEqual(sup.peer_heartbeat(), 3)
 
+    def test_poll_budget_follows_waits(self):
+        """The poll budget: halved by late answers, set to twice a short
+        sleep, never above spin_ns, zero below a microsecond."""
+        _, stub = make_pair(self)
+        limit = stub.spin_ns
+        cases = [
+            ("a late answer halves it", [10 * limit], limit // 2),
+            ("late answers drop it to zero", [10 * limit] * 8, 0),
+            ("a sleep that ended soon sets twice it", [10 * limit, limit // 4], limit // 2),
+            ("never above the limit", [limit - 1], limit),
+        ]
+        for name, waits, want in cases:
+            with self.subTest(name):
+                stub._budget[0] = limit
+                for w in waits:
+                    stub._learn(0, w, limit)
+                self.assertEqual(stub._budget[0], want)
+
+    def test_poll_skipped_when_budget_zero(self):
+        """With no budget a wait sleeps at once, and a message that
+        arrives wakes it."""
+        sup, stub = make_pair(self)
+        stub._budget[0] = 0
+        t = threading.Timer(0.05, lambda: sup.send([ipc.KIND_EXECUTE, 7]))
+        t.start()
+        self.addCleanup(t.join)
+        msg = stub.recv(5)
+        self.assertEqual(msg[:2], [ipc.KIND_EXECUTE, 7])
+
     def test_close_is_idempotent(self):
         _, stub = make_pair(self)
         stub.close()
