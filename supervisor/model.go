@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,12 +72,12 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 	mv := &modelVersion{
 		sup: s, name: cfg.GetName(), version: version, dir: dir, cfg: cfg,
 		configJSON: string(js),
-		kind:       modelconfig.Kind(cfg),
+		kind:       s.stubKind(cfg, dir),
 		decoupled:  cfg.GetModelTransactionPolicy().GetDecoupled(),
 		sig:        newSignature(cfg),
 		queue:      sched.NewQueue(cfg),
 	}
-	mv.modelFile = filepath.Join(dir, strconv.FormatInt(version, 10), cfg.GetDefaultModelFilename())
+	mv.modelFile = s.modelFileOf(cfg, dir, version)
 	if mv.labels, err = stubproc.ReadLabels(cfg, dir); err != nil {
 		return nil, err
 	}

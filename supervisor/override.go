@@ -57,7 +57,9 @@ func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string
 	defer root.Close()
 	for _, k := range keys {
 		rel := strings.TrimPrefix(k, "file:")
-		clean := filepath.Clean(rel)
+		// Triton joins the path to the model's directory, so a leading
+		// slash ("file:/1/model.py") names the same file as none.
+		clean := filepath.Clean(strings.TrimLeft(rel, "/"))
 		if rel == k || filepath.IsAbs(clean) || clean == "." || strings.HasPrefix(clean, "..") {
 			return "", backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid file parameter '%s'", name, k)
 		}

@@ -354,30 +354,46 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 		return nil, backendapi.Errorf(backendapi.InvalidArg, "%s: name: unexpected model name '%s', expecting '%s' (the directory name)", filepath.Join(dir, modelconfig.ConfigFileName), cfg.GetName(), name)
 	}
 	cfg.Name = name
-	if modelconfig.Kind(cfg) == modelconfig.KindPython && s.opts.AutoCompleteConfig {
-		if cfg, err = s.autoComplete(cfg, dir); err != nil {
+	backendFile, err := s.pythonBackendFile(cfg, dir)
+	if err != nil {
+		return nil, err
+	}
+	if (backendFile != "" || modelconfig.Kind(cfg) == modelconfig.KindPython) && s.opts.AutoCompleteConfig {
+		if cfg, err = s.autoComplete(cfg, dir, backendFile); err != nil {
 			return nil, err
 		}
 	}
-	modelconfig.Normalize(cfg, dir, gpuOptions(cfg)...)
-	if err := modelconfig.Validate(cfg); err != nil {
+	check := func() error {
+		modelconfig.Normalize(cfg, dir, gpuOptions(cfg)...)
+		return modelconfig.Validate(cfg)
+	}
+	if backendFile != "" {
+		err = asPython(cfg, check)
+	} else {
+		err = check()
+	}
+	if err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
 // autoComplete runs TritonPythonModel.auto_complete_config in a throwaway
-// stub, as Triton does, when the model defines it.
-func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir string) (*inferencepb.ModelConfig, error) {
-	versions, err := modelconfig.Versions(&inferencepb.ModelConfig{}, dir) // the latest version directory
-	if err != nil {
-		return nil, err
+// stub, as Triton does, when the model defines it. backendFile is the
+// model.py of a Python-based backend, or "" for the model's own.
+func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir, backendFile string) (*inferencepb.ModelConfig, error) {
+	modelFile := backendFile
+	if modelFile == "" {
+		versions, err := modelconfig.Versions(&inferencepb.ModelConfig{}, dir) // the latest version directory
+		if err != nil {
+			return nil, err
+		}
+		file := cfg.GetDefaultModelFilename()
+		if file == "" {
+			file = modelconfig.DefaultPythonModelFile
+		}
+		modelFile = filepath.Join(dir, strconv.FormatInt(versions[len(versions)-1], 10), file)
 	}
-	file := cfg.GetDefaultModelFilename()
-	if file == "" {
-		file = modelconfig.DefaultPythonModelFile
-	}
-	modelFile := filepath.Join(dir, strconv.FormatInt(versions[len(versions)-1], 10), file)
 	src, err := os.ReadFile(modelFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errNoModelFile(modelFile)

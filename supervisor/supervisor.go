@@ -44,6 +44,9 @@ type Options struct {
 	AllowClientShm  bool
 	// AutoCompleteConfig runs auto_complete_config of Python models.
 	AutoCompleteConfig bool
+	// BackendDirectory holds the Python-based backends,
+	// <dir>/<name>/model.py (pybackend.go).
+	BackendDirectory string
 
 	// Python is the interpreter for Python stubs (EXECUTION_ENV_PATH
 	// overrides it per model).

@@ -121,20 +121,23 @@ func TestHTTPRepositoryExplicit(t *testing.T) {
 			"    def execute(self, requests):\n" +
 			"        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', 2 * pb_utils.get_input_tensor_by_name(r, 'INPUT0').as_numpy())]) for r in requests]\n"
 		cfg := httpFP32ConfigJSON()
-		code, body := s.postJSON("/v2/repository/models/identity_fp32/load", map[string]any{"parameters": map[string]any{
-			"config": cfg, "file:1/model.py": base64.StdEncoding.EncodeToString([]byte(doubler))}})
-		if code != 200 {
-			t.Fatalf("load with files: %d %s", code, body)
-		}
-		if code, r, body := identity(t); code != 200 || httpCanonJSON(t, r.output(t, "OUTPUT0").Data) != "[2,4,6]" {
-			t.Errorf("infer on the file override: %d %s, want doubled", code, body)
-		}
-		// Loading again without parameters goes back to the repository's files.
-		if code, _, body := s.do("POST", "/v2/repository/models/identity_fp32/load", nil); code != 200 {
-			t.Fatalf("reload: %d %s", code, body)
-		}
-		if code, r, body := identity(t); code != 200 || httpCanonJSON(t, r.output(t, "OUTPUT0").Data) != "[1,2,3]" {
-			t.Errorf("infer after reload: %d %s, want identity", code, body)
+		// Triton takes the path with or without a leading slash.
+		for _, key := range []string{"file:1/model.py", "file:/1/model.py"} {
+			code, body := s.postJSON("/v2/repository/models/identity_fp32/load", map[string]any{"parameters": map[string]any{
+				"config": cfg, key: base64.StdEncoding.EncodeToString([]byte(doubler))}})
+			if code != 200 {
+				t.Fatalf("load with %s: %d %s", key, code, body)
+			}
+			if code, r, body := identity(t); code != 200 || httpCanonJSON(t, r.output(t, "OUTPUT0").Data) != "[2,4,6]" {
+				t.Errorf("infer on the %s override: %d %s, want doubled", key, code, body)
+			}
+			// Loading again without parameters goes back to the repository's files.
+			if code, _, body := s.do("POST", "/v2/repository/models/identity_fp32/load", nil); code != 200 {
+				t.Fatalf("reload: %d %s", code, body)
+			}
+			if code, r, body := identity(t); code != 200 || httpCanonJSON(t, r.output(t, "OUTPUT0").Data) != "[1,2,3]" {
+				t.Errorf("infer after reload: %d %s, want identity", code, body)
+			}
 		}
 		for _, c := range []struct {
 			name   string
@@ -142,13 +145,14 @@ func TestHTTPRepositoryExplicit(t *testing.T) {
 		}{
 			{"file without config", map[string]any{"file:1/model.py": base64.StdEncoding.EncodeToString([]byte(doubler))}},
 			{"bad base64", map[string]any{"config": cfg, "file:1/model.py": "%%%not base64"}},
+			{"path out of the model", map[string]any{"config": cfg, "file:/../1/model.py": base64.StdEncoding.EncodeToString([]byte(doubler))}},
 		} {
 			code, body := s.postJSON("/v2/repository/models/identity_fp32/load", map[string]any{"parameters": c.params})
 			if code != 400 || httpErrorText(t, body) == "" {
 				t.Errorf("%s: %d %s, want 400 with a reason", c.name, code, body)
 			}
 		}
-		code, _, body = s.do("POST", "/v2/repository/my_repo/models/identity_fp32/load", nil)
+		code, _, body := s.do("POST", "/v2/repository/my_repo/models/identity_fp32/load", nil)
 		if code != 501 || httpErrorText(t, body) != "'repository_name' specification is not supported" {
 			t.Errorf("named repository: %d %s", code, body)
 		}

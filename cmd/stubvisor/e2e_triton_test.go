@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -255,12 +256,16 @@ func TestTritonFlags(t *testing.T) {
 			t.Errorf("--allow-metrics=false still serves metrics on %s", s.Metrics)
 		}
 	})
-	for _, bad := range [][]string{
-		{"--http-max-input-size=0"},
-		{"--http-max-input-size=-1024"},
-		{"--backend-config=python,shm-default-byte-size=lots"},
-		{"--http-header-forward-pattern", "(unclosed"},
+	for _, tc := range []struct {
+		bad  []string
+		want string // a line of the output
+	}{
+		{[]string{"--http-max-input-size=0"}, "Error: --http-max-input-size must be greater than 0."},
+		{[]string{"--http-max-input-size=-1024"}, "Error: --http-max-input-size must be greater than 0."},
+		{[]string{"--backend-config=python,shm-default-byte-size=lots"}, "stubvisor: invalid --backend-config \"python,shm-default-byte-size=lots\": shm-default-byte-size must be a positive number of bytes"},
+		{[]string{"--http-header-forward-pattern", "(unclosed"}, ""},
 	} {
+		bad := tc.bad
 		t.Run("refuses "+strings.Join(bad, " "), func(t *testing.T) {
 			args := append([]string{"--model-repository", t.TempDir(), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"}, bad...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -268,6 +273,9 @@ func TestTritonFlags(t *testing.T) {
 			out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
 			if err == nil || ctx.Err() != nil {
 				t.Fatalf("started with %v (err %v):\n%s", bad, err, out)
+			}
+			if tc.want != "" && !slices.Contains(strings.Split(string(out), "\n"), tc.want) {
+				t.Errorf("output has no line %q:\n%s", tc.want, out)
 			}
 		})
 	}

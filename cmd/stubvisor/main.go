@@ -119,6 +119,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var(traceFlag{&c.trace, "triton,log-frequency="}, "trace-log-frequency", "deprecated: --trace-config triton,log-frequency=")
 	disableAC := fs.Bool("disable-auto-complete-config", false, "do not run auto_complete_config")
 	fs.StringVar(&c.sup.Python, "python", c.sup.Python, "Python interpreter of the stubs (with numpy and msgpack)")
+	fs.StringVar(&c.sup.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "directory of Python-based backends: a model with backend \"<name>\" runs <dir>/<name>/model.py (the model repository's backends/ is searched next)")
 	fs.StringVar(&c.sup.CacheDir, "cache-dir", "", "directory for extracted stub files, unpacked environments and built Go models")
 	shmDefault := fs.Uint64("shm-default-byte-size", c.sup.IPC.Pool.DefaultBytes, "bytes each stub pool arena starts with")
 	shmGrowth := fs.Uint64("shm-growth-byte-size", c.sup.IPC.Pool.GrowthBytes, "bytes a stub pool arena grows by")
@@ -158,7 +159,7 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("--model-repository is required")
 	}
 	if c.maxInputSize <= 0 {
-		return nil, fmt.Errorf("invalid value %d for --http-max-input-size: it must be greater than 0", c.maxInputSize)
+		return nil, lineError("Error: --http-max-input-size must be greater than 0.")
 	}
 	c.sup.IPC.Pool.DefaultBytes, c.sup.IPC.Pool.GrowthBytes, c.sup.IPC.Pool.MaxBytes = *shmDefault, *shmGrowth, *shmMax
 	explicit := map[string]bool{}
@@ -212,7 +213,12 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "stubvisor:", err)
+		var line lineError
+		if errors.As(err, &line) {
+			fmt.Fprintln(os.Stderr, string(line))
+		} else {
+			fmt.Fprintln(os.Stderr, "stubvisor:", err)
+		}
 		os.Exit(2)
 	}
 	if err := run(c); err != nil {
@@ -220,6 +226,13 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// lineError is a command-line error printed as it is, without the
+// "stubvisor:" prefix: tritonserver's own line, which launch scripts and
+// NVIDIA's tests look for in the log.
+type lineError string
+
+func (e lineError) Error() string { return string(e) }
 
 // service is one listener of the server.
 type service struct {

@@ -21,7 +21,7 @@ import (
 // changes what a client may do must work or stay unknown, so that the
 // server refuses to start with it.
 var ignoredTritonFlags = []string{
-	"backend-directory", "repoagent-directory", "cache-directory",
+	"repoagent-directory", "cache-directory",
 	"pinned-memory-pool-byte-size", "cuda-memory-pool-byte-size", "cuda-virtual-address-size",
 	"min-supported-compute-capability", "buffer-manager-thread-count",
 	"model-load-thread-count", "model-load-retry-count", "model-namespacing",
