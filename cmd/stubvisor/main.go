@@ -69,6 +69,8 @@ type config struct {
 	keepalive       keepaliveFlags
 	httpRestrict    *frontend.Restrictions
 	grpcRestrict    *frontend.Restrictions
+	cache           cacheFlags
+	rate            rateFlags
 	trace           frontend.TraceConfig
 	openaiPort      int
 	openai          openai.Options
@@ -145,6 +147,7 @@ func parseFlags(args []string) (*config, error) {
 	// A bad flag is reported once, by main (launch scripts grep the log
 	// for tritonserver's messages and count them); -help prints the usage.
 	fs.SetOutput(io.Discard)
+	c.registerFeatures(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -173,6 +176,9 @@ func parseFlags(args []string) (*config, error) {
 			return nil, fmt.Errorf("--chat-template: %w", err)
 		}
 		c.openai.ChatTemplate = string(b)
+	}
+	if err := c.applyFeatures(); err != nil {
+		return nil, err
 	}
 	if err := c.checkSecurity(); err != nil {
 		return nil, err
