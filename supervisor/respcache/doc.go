@@ -16,4 +16,14 @@
 // kept. It counts hits and misses per model with their durations (the
 // statistics extension's cache_hit and cache_miss) and the totals behind
 // the nv_cache_* metrics.
+//
+// # Files
+//
+//	doc.go    this description
+//	key.go    KeyOf: the key of a request
+//	cache.go  Cache: the LRU, its limit and its counts
+//
+// # Lock order
+//
+// Cache.mu is the only lock; nothing is called while it is held.
 package respcache
