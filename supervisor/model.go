@@ -343,6 +343,10 @@ func (mv *modelVersion) unavailableReason() string {
 // answer for their models).
 func (mv *modelVersion) ready() bool { return mv.scheduler.Ready() }
 
+// stubProcessName is the name of Triton's Python stub executable; it is
+// in the command line of every Python stub.
+const stubProcessName = "triton_python_backend_stub"
+
 // command builds the stub process for inst.
 func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
 	env := append(os.Environ(), ipc.InstanceEnv+"="+inst.name, ipc.ModelEnv+"="+mv.name,
@@ -357,7 +361,9 @@ func (mv *modelVersion) command(inst *instance) (*exec.Cmd, error) {
 		if old := os.Getenv("PYTHONPATH"); old != "" {
 			path += string(os.PathListSeparator) + old
 		}
-		cmd := exec.Command(mv.interpreter, "-m", "stubvisor")
+		// The stub's command line names it as Triton's does, for the
+		// scripts that find stubs with pgrep -f triton_python_backend_stub.
+		cmd := exec.Command(mv.interpreter, "-m", "stubvisor", stubProcessName, inst.name)
 		cmd.Env = append(append(env, mv.envVars...), "PYTHONPATH="+path, "PYTHONUNBUFFERED=1")
 		if mv.limits.cudaVisible && inst.kind == "GPU" {
 			cmd.Env = append(cmd.Env, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(inst.device))

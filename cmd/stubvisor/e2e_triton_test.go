@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -475,4 +476,32 @@ func TestTritonClassification(t *testing.T) {
 		t.Fatalf("a classification of %d elements answered %v", big, resp.GetOutputs())
 	}
 	wantStatus(t, err, codes.InvalidArgument, "classification output tensor too large")
+}
+
+// TestTritonStubProcessName: a Python stub's command line names it as
+// Triton's stub, so that pgrep -f triton_python_backend_stub finds it (as
+// NVIDIA's model_readiness test and users' scripts do), with its instance.
+func TestTritonStubProcessName(t *testing.T) {
+	ipctest.RequirePython(t)
+	pgrep, err := exec.LookPath("pgrep")
+	if err != nil {
+		t.Skip("needs pgrep")
+	}
+	s := startServer(t, copyRepo(t, "identity_fp32"))
+	stub := oneStub(t, s, "identity_fp32")
+	out, err := exec.Command(pgrep, "-f", "triton_python_backend_stub").Output()
+	if err != nil {
+		t.Fatalf("pgrep: %v", err)
+	}
+	if !slices.Contains(strings.Fields(string(out)), strconv.Itoa(stub.PID)) {
+		t.Errorf("pgrep -f triton_python_backend_stub gives %q, not the stub %d", out, stub.PID)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", stub.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	if len(args) < 2 || !slices.Equal(args[len(args)-2:], []string{"triton_python_backend_stub", stub.Instance}) {
+		t.Errorf("stub command line %q", args)
+	}
 }
