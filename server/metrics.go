@@ -41,6 +41,15 @@ var (
 	descComputeOutput = prometheus.NewDesc("nv_inference_compute_output_duration_us",
 		"Cumulative inference compute output duration in microseconds (does not include cached requests)", modelLabels, nil)
 
+	descCacheHits = prometheus.NewDesc("nv_cache_num_hits_per_model",
+		"Number of cache hits per model", modelLabels, nil)
+	descCacheHitTime = prometheus.NewDesc("nv_cache_hit_duration_per_model",
+		"Total cache hit duration per model, in microseconds", modelLabels, nil)
+	descCacheMisses = prometheus.NewDesc("nv_cache_num_misses_per_model",
+		"Number of cache misses per model", modelLabels, nil)
+	descCacheMissTime = prometheus.NewDesc("nv_cache_miss_duration_per_model",
+		"Total cache miss (lookup and insertion) duration per model, in microseconds", modelLabels, nil)
+
 	descModelState = prometheus.NewDesc("stubvisor_model_state",
 		"1 for the state a model version is in (as the repository index and /v2/stubs show it), 0 for the others", append(modelLabels[:2:2], "state"), nil)
 	descStubState = prometheus.NewDesc("stubvisor_stub_state",
@@ -106,6 +115,7 @@ func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descRequestSuccess, descRequestFailure, descInferenceCount, descExecCount,
 		descRequestDuration, descQueueDuration, descComputeInput, descComputeInfer, descComputeOutput,
+		descCacheHits, descCacheHitTime, descCacheMisses, descCacheMissTime,
 		descModelState, descStubState, descStubRestarts, descStubPool, descStubInFlight, descStubRing,
 		descStubHeartbeat, descStubUptime, descStubExecutions,
 		descStubRequests, descStubRSS, descStubCPU, descStubFDs, descStubThreads, descStubRecycles,
@@ -151,6 +161,12 @@ func collectStatistics(ch chan<- prometheus.Metric, stats []backendapi.ModelStat
 		}
 		counter(descInferenceCount, float64(st.InferenceCount))
 		counter(descExecCount, float64(st.ExecutionCount))
+		if in.CacheHit.Count+in.CacheMiss.Count > 0 {
+			counter(descCacheHits, float64(in.CacheHit.Count))
+			counter(descCacheHitTime, micros(in.CacheHit.Total))
+			counter(descCacheMisses, float64(in.CacheMiss.Count))
+			counter(descCacheMissTime, micros(in.CacheMiss.Total))
+		}
 		counter(descRequestDuration, micros(in.Success.Total+in.Fail.Total))
 		counter(descQueueDuration, micros(in.Queue.Total))
 		counter(descComputeInput, micros(in.ComputeInput.Total))

@@ -39,6 +39,15 @@ func (s *stats) requestDone(err error, batch int64, total, queue, compute time.D
 	s.infer.ComputeInfer.Observe(compute)
 }
 
+// cacheHit records a request answered from the response cache: a success
+// with its duration; not an inference or an execution, as in Triton.
+func (s *stats) cacheHit(total time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = time.Now()
+	s.infer.Success.Observe(total)
+}
+
 // executionDone records one model execution of size requests.
 func (s *stats) executionDone(size int64, input, infer, output time.Duration) {
 	s.mu.Lock()

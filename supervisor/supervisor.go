@@ -21,6 +21,7 @@ import (
 	"github.com/stubvisor/stubvisor/supervisor/clientshm"
 	"github.com/stubvisor/stubvisor/supervisor/memlimit"
 	"github.com/stubvisor/stubvisor/supervisor/pyenv"
+	"github.com/stubvisor/stubvisor/supervisor/respcache"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -44,6 +45,9 @@ type Options struct {
 	AllowClientShm  bool
 	// AutoCompleteConfig runs auto_complete_config of Python models.
 	AutoCompleteConfig bool
+	// ResponseCacheBytes is the size of the response cache; 0: no cache
+	// (cache.go).
+	ResponseCacheBytes uint64
 	// BackendDirectory holds the Python-based backends,
 	// <dir>/<name>/model.py (pybackend.go).
 	BackendDirectory string
@@ -131,6 +135,8 @@ type Supervisor struct {
 	shm clientshm.Registry
 	// bls is the registry of BLS requests in flight (bls.go).
 	blsReg blsCalls
+	// cache is the response cache, nil without one (cache.go).
+	cache *respcache.Cache
 }
 
 var _ backendapi.Backend = (*Supervisor)(nil)
@@ -216,6 +222,9 @@ func New(opts Options) (*Supervisor, error) {
 		envs: pyenv.NewCache(opts.CacheDir),
 	}
 	s.shm.Log = opts.Logger
+	if opts.ResponseCacheBytes > 0 {
+		s.cache = respcache.New(opts.ResponseCacheBytes)
+	}
 	if err := s.loadStartupModels(); err != nil {
 		return nil, err
 	}
@@ -403,7 +412,9 @@ func (s *Supervisor) ModelStatistics(_ context.Context, name string, version int
 	}
 	out := make([]backendapi.ModelStatistics, 0, len(mvs))
 	for _, mv := range mvs {
-		out = append(out, mv.stats.snapshot(mv.name, strconv.FormatInt(mv.version, 10)))
+		st := mv.stats.snapshot(mv.name, strconv.FormatInt(mv.version, 10))
+		s.cacheStats(&st, mv)
+		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Name != out[j].Name {
@@ -422,6 +433,9 @@ func (s *Supervisor) Infer(ctx context.Context, req *backendapi.InferRequest) (*
 	}
 	if mv.decoupled {
 		return nil, backendapi.ErrDecoupled
+	}
+	if key, ok := s.cacheKey(mv, req); ok {
+		return s.inferCached(ctx, mv, req, key)
 	}
 	pr, err := mv.submit(ctx, req, nil)
 	if err != nil {

@@ -67,6 +67,7 @@ func (c *cacheFlags) apply() error {
 		}
 		c.Enabled, c.ByteSize = true, n
 	}
+	seen := ""
 	for _, v := range c.configs {
 		name, setting, ok := strings.Cut(v, ",")
 		if !ok || name == "" {
@@ -76,6 +77,10 @@ func (c *cacheFlags) apply() error {
 		if !ok || key == "" || value == "" {
 			return fmt.Errorf("--cache-config option format is '<cache name>,<setting>=<value>'. Got %s", v)
 		}
+		if seen != "" && name != seen {
+			return fmt.Errorf("invalid --cache-config %q: multiple cache configurations are not supported (already '%s')", v, seen)
+		}
+		seen = name
 		if name != "local" {
 			return fmt.Errorf("invalid --cache-config %q: cache '%s' is not available (only the local cache is)", v, name)
 		}

@@ -23,6 +23,7 @@ func TestCacheAndRateFlags(t *testing.T) {
 		{args: []string{"--cache-config=size=1"}, err: "No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got size=1"},
 		{args: []string{"--cache-config=local,size"}, err: "--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size"},
 		{args: []string{"--cache-config=redis,host=x"}, err: "cache 'redis' is not available"},
+		{args: []string{"--cache-config=local,size=8192", "--cache-config=redis,key=value"}, err: "multiple cache configurations"},
 		{args: []string{"--cache-config=local,size=lots"}, err: "size must be a number of bytes"},
 		{args: []string{"--rate-limit=EXECUTION_COUNT", "--rate-limit-resource=R1:4", "--rate-limit-resource=R2:2:1"},
 			mode: "execution_count", resources: []rateResource{{"R1", 4, -1}, {"R2", 2, 1}}},
