@@ -122,7 +122,6 @@ func TestResponseCache(t *testing.T) {
 	}
 }
 
-
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -131,4 +130,3 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
-
