@@ -70,6 +70,13 @@ func (c *blsCalls) cancel(k blsKey) {
 // cancel for a request that already ended is kept too, and never taken).
 const maxEarlyCancels = 1024
 
+// blsSubmitError is a BLS request's error before it reached the callee's
+// queue (no such model, a bad input, a full queue), with the prefix Triton's
+// Python backend puts on it, so the model sees Triton's text.
+func blsSubmitError(model string, err error) error {
+	return backendapi.Errorf(backendapi.CodeOf(err), "Model %s - Error when running inference: %s", model, backendapi.MessageOf(err))
+}
+
 // bls serves an inference request a model makes from inside execute
 // (Business Logic Scripting). The inputs are read in place from the
 // caller's arena and copied once, into the callee's; every response is
@@ -90,12 +97,12 @@ func (s *Supervisor) bls(p *stubproc.Proc, m *ipc.InferExecMsg) {
 	req, blocks, err := p.BLSRequest(m)
 	defer func() { p.Release(blocks) }()
 	if err != nil {
-		p.BLSReply(m.ID, nil, err, true)
+		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
 	mv, err := s.lookup(req.ModelName, req.ModelVersion)
 	if err != nil {
-		p.BLSReply(m.ID, nil, err, true)
+		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
 	if m.Request.TraceContext != "" {
@@ -109,7 +116,7 @@ func (s *Supervisor) bls(p *stubproc.Proc, m *ipc.InferExecMsg) {
 		p.BLSReply(m.ID, resp, err, final)
 	})
 	if err != nil {
-		p.BLSReply(m.ID, nil, err, true)
+		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
 	key := blsKey{p, m.ID}

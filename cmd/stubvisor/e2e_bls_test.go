@@ -127,6 +127,8 @@ func TestBLS(t *testing.T) {
 		}
 	})
 
+	// An error before the request reached the callee carries the prefix
+	// Triton's Python backend gives it.
 	t.Run("errors of the callee keep Triton's texts", func(t *testing.T) {
 		for _, tc := range []struct {
 			name, model string
@@ -135,8 +137,8 @@ func TestBLS(t *testing.T) {
 			want        string
 		}{
 			{"missing input", "add_sub", nil, http.StatusBadRequest,
-				"expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."},
-			{"unknown model", "no_such_model", in1, http.StatusBadRequest, "Request for unknown model: 'no_such_model' is not found"},
+				"Model add_sub - Error when running inference: expected 2 inputs but got 1 inputs for model 'add_sub'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."},
+			{"unknown model", "no_such_model", in1, http.StatusBadRequest, "Model no_such_model - Error when running inference: Request for unknown model: 'no_such_model' is not found"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				code, body := s.postJSON("/v2/models/bls_forward/infer", blsForwardBody(tc.model, nil, in0, tc.in1))
