@@ -19,6 +19,7 @@
 //	override.go     a load request's model name checked and its files written, confined
 //	loadlock.go     the lock of each model name (loads of different models run at once)
 //	runtime.go      Python interpreters (EXECUTION_ENV_PATH), building Go models
+//	warmup.go       model_warmup: every sample on every new stub before it takes traffic
 //	cache.go        the response cache (package respcache) in the request path
 //	pybackend.go    Python-based backends: backend "<name>" runs <backend-directory>/<name>/model.py
 //	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups

@@ -31,6 +31,9 @@ type instance struct {
 	// reqBase is the count when the current stub became ready (under mu).
 	requests atomic.Uint64
 	reqBase  uint64
+	// warming is set while warmup requests run on a new stub
+	// (warmup.go): their ends count in no statistics.
+	warming atomic.Bool
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
 
@@ -143,6 +146,14 @@ func (inst *instance) prepare() (*stubproc.Proc, backendapi.LoadSteps, error) {
 	}
 	p.SetReadyFn(hasReadyFn(res.Value))
 	steps.ImportsS, steps.InitializeS = initTimes(res.Value)
+	took, err := inst.warmup(p)
+	if err != nil {
+		inst.log.Error("warmup failed", "error", backendapi.MessageOf(err))
+		p.Kill("warmup failed")
+		<-p.Exited()
+		return nil, steps, err
+	}
+	steps.WarmupS = took.Seconds()
 	return p, steps, nil
 }
 
@@ -161,7 +172,7 @@ func (inst *instance) install(p *stubproc.Proc, steps backendapi.LoadSteps, caus
 	}
 	inst.mu.Unlock()
 	inst.log.Info("stub ready", "pid", p.PID(), "environment_s", steps.EnvironmentS, "interpreter_start_s", steps.InterpreterStartS,
-		"imports_s", steps.ImportsS, "initialize_s", steps.InitializeS)
+		"imports_s", steps.ImportsS, "initialize_s", steps.InitializeS, "warmup_s", steps.WarmupS)
 }
 
 // initTimes reads the import and initialize times a Python stub reports
@@ -357,11 +368,20 @@ func (mv *modelVersion) stubOptions() map[string]any {
 
 // Finish implements stubproc.Host.
 func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
+	if inst.warming.Load() {
+		if taken, _ := pr.Respond(resp, err, final); !taken {
+			resp.Release()
+		}
+		return
+	}
 	inst.mv.Finish(pr, resp, err, final)
 }
 
 // Executed implements stubproc.Host.
 func (inst *instance) Executed(size int64, d time.Duration) {
+	if inst.warming.Load() {
+		return
+	}
 	inst.mv.Executed(size, d)
 	inst.executions.Add(1)
 	inst.requests.Add(uint64(size))

@@ -1,0 +1,170 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
+)
+
+// Warmup, as Triton runs model_warmup: every sample, count times, on every
+// instance before the model is READY, with zero, random or file data
+// (the model's warmup/ directory). A failure fails the load with Triton's
+// text. Beyond Triton, which never restarts a stub, a restarted stub is
+// warmed up again before it takes traffic: an instance counts as ready
+// only once launch, and with it the warmup, returned.
+
+// warmup runs the model's warmup samples on p, which takes no other
+// request yet. It returns how long they took.
+func (inst *instance) warmup(p *stubproc.Proc) (time.Duration, error) {
+	mv := inst.mv
+	samples := mv.cfg.GetModelWarmup()
+	if len(samples) == 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	inst.warming.Store(true)
+	defer inst.warming.Store(false)
+	for _, w := range samples {
+		req, batch, err := mv.warmupRequest(w)
+		if err != nil {
+			return 0, backendapi.Errorf(backendapi.InvalidArg, "failed to run warmup sample '%s': %s", w.GetName(), backendapi.MessageOf(err))
+		}
+		for i := 1; i <= int(max(w.GetCount(), 1)); i++ {
+			inst.log.Debug(fmt.Sprintf("model '%s' instance %s is running warmup sample '%s' for iteration %d", mv.name, inst.name, w.GetName(), i))
+			if err := inst.warmupOnce(p, req, batch); err != nil {
+				return 0, backendapi.Errorf(backendapi.CodeOf(err), "failed to run warmup sample '%s': %s", w.GetName(), backendapi.MessageOf(err))
+			}
+		}
+	}
+	return time.Since(start), nil
+}
+
+// warmupOnce executes one warmup request on p and waits for its end (for
+// a decoupled model, its final response).
+func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest, batch int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), inst.mv.sup.opts.InitializeTimeout)
+	defer cancel()
+	var streamErr error
+	var stream func(*backendapi.InferResponse, error, bool)
+	if inst.mv.decoupled {
+		stream = func(_ *backendapi.InferResponse, err error, _ bool) {
+			if err != nil && streamErr == nil {
+				streamErr = err
+			}
+		}
+	}
+	pr := stubproc.NewRequest(ctx, req, batch, stream, false)
+	if !p.TakeSlot() {
+		return backendapi.Errorf(backendapi.Internal, "stub of instance %s has no free slot", inst.name)
+	}
+	p.Execute(pr.Solo())
+	resp, err := pr.Wait()
+	resp.Release()
+	if err == nil {
+		err = streamErr
+	}
+	return err
+}
+
+// warmupRequest builds the request of one sample; batch is its batch size
+// (1 for a model without batching).
+func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.InferRequest, int64, error) {
+	batch := int64(1)
+	if mv.sig.maxBatch > 0 {
+		batch = int64(max(w.GetBatchSize(), 1))
+	}
+	req := &backendapi.InferRequest{ModelName: mv.name, ModelVersion: mv.version, ID: "warmup:" + w.GetName()}
+	names := make([]string, 0, len(w.GetInputs()))
+	for name := range w.GetInputs() {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		in := w.GetInputs()[name]
+		dt := configType(in.GetDataType())
+		shape := in.GetDims()
+		if mv.sig.maxBatch > 0 {
+			shape = append([]int64{batch}, shape...)
+		}
+		data, err := mv.warmupData(in, dt, elementCount(shape))
+		if err != nil {
+			return nil, 0, fmt.Errorf("input '%s': %w", name, err)
+		}
+		req.Inputs = append(req.Inputs, backendapi.InputTensor{Name: name, DataType: dt, Shape: shape, Data: data})
+	}
+	return req, batch, nil
+}
+
+// warmupData is the bytes of n elements of one warmup input.
+func (mv *modelVersion) warmupData(in *inferencepb.ModelWarmup_Input, dt backendapi.DataType, n int64) ([]byte, error) {
+	switch {
+	case in.GetInputDataFile() != "":
+		file := filepath.Join(mv.dir, "warmup", in.GetInputDataFile())
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("input_data_file: %w", err)
+		}
+		if dt == backendapi.TypeBytes {
+			return repeatStrings(b, n)
+		}
+		want := n * int64(dt.Size())
+		if int64(len(b)) < want {
+			return nil, fmt.Errorf("input_data_file %s holds %d bytes, the input needs %d", file, len(b), want)
+		}
+		return b[:want], nil
+	case dt == backendapi.TypeBytes:
+		// Zero data is empty strings; random data short random strings.
+		var out []byte
+		for i := int64(0); i < n; i++ {
+			s := ""
+			if in.GetRandomData() {
+				s = fmt.Sprintf("%x", rand.Uint64())
+			}
+			out = binary.LittleEndian.AppendUint32(out, uint32(len(s)))
+			out = append(out, s...)
+		}
+		return out, nil
+	}
+	b := make([]byte, n*int64(dt.Size()))
+	if in.GetRandomData() {
+		for i := range b {
+			b[i] = byte(rand.IntN(256))
+		}
+		if dt == backendapi.TypeBool {
+			for i := range b {
+				b[i] &= 1
+			}
+		}
+	}
+	return b, nil
+}
+
+// repeatStrings takes n elements from a serialized BYTES file, starting
+// over at its end, as a file holds one sample for one batch element.
+func repeatStrings(file []byte, n int64) ([]byte, error) {
+	var elems [][]byte
+	for rest := file; len(rest) > 0; {
+		if len(rest) < 4 || int(binary.LittleEndian.Uint32(rest)) > len(rest)-4 {
+			return nil, fmt.Errorf("input_data_file is not a serialized BYTES tensor (4-byte length, then the bytes)")
+		}
+		l := int(binary.LittleEndian.Uint32(rest))
+		elems, rest = append(elems, rest[:4+l]), rest[4+l:]
+	}
+	if len(elems) == 0 {
+		return nil, fmt.Errorf("input_data_file holds no element")
+	}
+	var out []byte
+	for i := int64(0); i < n; i++ {
+		out = append(out, elems[i%int64(len(elems))]...)
+	}
+	return out, nil
+}
