@@ -430,7 +430,7 @@ func TestInferErrors(t *testing.T) {
 		{"raw too large", "identity", bytes.Repeat([]byte{0}, 1028), map[string]string{hdrInferHeaderLength: "0"}, 400,
 			"Raw input has a byte_size (1028 bytes) that exceeds the maximum allowed value of 1024 bytes. Use --http-max-input-size to increase the limit."},
 		{"inflated too large", "identity", gzipped(t, bytes.Repeat([]byte(" "), 4096)), map[string]string{"Content-Encoding": "gzip"}, 400,
-			"request JSON size of more than 1024 bytes exceeds the maximum allowed input size of 1024 bytes. Use --http-max-input-size to increase the limit."},
+			"Decompressed data size exceeds the maximum allowed value of 1024 bytes. Use --http-max-input-size to increase the limit."},
 		{"header length not a number", "identity", []byte(okBody), map[string]string{hdrInferHeaderLength: "abc"}, 400,
 			"Unable to parse Inference-Header-Content-Length, got: abc"},
 		{"header length past the end", "identity", []byte(okBody), map[string]string{hdrInferHeaderLength: "1000"}, 400,

@@ -42,6 +42,7 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 	}
 	held := max(r.ContentLength, 0)
 	if err := s.budget.acquire(held); err != nil {
+		drainBody(r)
 		writeErrorStatus(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
@@ -53,6 +54,9 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 	body, err := c.readBody(w, r, s.maxInput)
 	tr.Stamp("HTTP_RECV_END")
 	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			drainBody(r)
+		}
 		s.inferFailed(w, model, err)
 		return
 	}
@@ -120,9 +124,24 @@ func tooLarge(size, limit int64, raw bool) error {
 		n = "more than " + strconv.FormatInt(limit, 10)
 	}
 	if raw {
-		return invalidArg("Raw input has a byte_size (%s bytes) that exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
+		return backendapi.Wrapf(errBodyTooLarge, backendapi.InvalidArg, "Raw input has a byte_size (%s bytes) that exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
 	}
-	return invalidArg("request JSON size of %s bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
+	return backendapi.Wrapf(errBodyTooLarge, backendapi.InvalidArg, "request JSON size of %s bytes exceeds the maximum allowed input size of %d bytes. Use --http-max-input-size to increase the limit.", n, limit)
+}
+
+// errBodyTooLarge is the cause of tooLarge's errors.
+var errBodyTooLarge = errors.New("request body over --http-max-input-size")
+
+// maxDrain bounds what drainBody reads of a refused body.
+const maxDrain = 4 << 30
+
+// drainBody reads and drops what is left of a body the server refuses
+// before reading it all, so that the client, still sending, gets the error
+// response rather than a reset connection (Triton reads the whole body
+// before it answers). The body read timeout still applies, and a body over
+// maxDrain is cut off.
+func drainBody(r *http.Request) {
+	_, _ = io.CopyN(io.Discard, r.Body, maxDrain)
 }
 
 // readBody reads the request body into the call's pooled buffer,
@@ -151,6 +170,9 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 	if err == nil {
 		c.inflated, err = readLimited(c.inflated[:0], zr, -1, limit, raw)
 		_ = zr.Close()
+		if errors.Is(err, errBodyTooLarge) {
+			return nil, invalidArg("Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
+		}
 	}
 	if err != nil {
 		var be *backendapi.Error

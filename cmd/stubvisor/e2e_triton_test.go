@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	stdgzip "compress/gzip"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +88,10 @@ func TestTritonHTTPTexts(t *testing.T) {
 		return []byte(`{"inputs":[{"name":"INPUT0","shape":` + shape + `,"datatype":"FP32","data":` + data + `}]}`)
 	}
 	oversized := append(jsonInput("[1]", "[1]"), bytes.Repeat([]byte(" "), 65536)...)
+	var gz bytes.Buffer
+	zw := stdgzip.NewWriter(&gz)
+	zw.Write(oversized)
+	zw.Close()
 	tests := []struct {
 		name   string
 		model  string
@@ -102,6 +111,8 @@ func TestTritonHTTPTexts(t *testing.T) {
 			"Raw input has a byte_size (65540 bytes) that exceeds the maximum allowed value of 65536 bytes. Use --http-max-input-size to increase the limit."},
 		{"JSON request over the limit", "zero_fp32", oversized, nil, 400,
 			"request JSON size of " + fmt.Sprint(len(oversized)) + " bytes exceeds the maximum allowed input size of 65536 bytes. Use --http-max-input-size to increase the limit."},
+		{"compressed request inflating over the limit", "zero_fp32", gz.Bytes(), []string{"Content-Encoding", "gzip"}, 400,
+			"Decompressed data size exceeds the maximum allowed value of 65536 bytes. Use --http-max-input-size to increase the limit."},
 		{"element count overflow", "zero_fp32", jsonInput("[16,1152921504606846978]", "[1.0]"), nil, 400,
 			"invalid shape for input 'INPUT0': shape [16,1152921504606846978] causes total element count to exceed maximum size of 9223372036854775807"},
 		{"byte size overflow", "zero_fp32", jsonInput("[4,1152921504606846978]", "[1.0]"), nil, 400,
@@ -124,6 +135,31 @@ func TestTritonHTTPTexts(t *testing.T) {
 			}
 		})
 	}
+
+	// A client that sends a body far over the limit before it reads the
+	// answer (as tritonclient does) gets the error, not a reset
+	// connection: the server reads the rest before it answers.
+	t.Run("body far over the limit gets the error response", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.HTTP, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		body := make([]byte, 8<<20)
+		head := fmt.Sprintf("POST /v2/models/zero_fp32/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\nContent-Length: %d\r\n\r\n", len(body))
+		if _, err := conn.Write(append([]byte(head), body...)); err != nil {
+			t.Fatalf("sending the body: %v", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "Raw input has a byte_size (8388608 bytes) that exceeds the maximum allowed value of 65536 bytes.") {
+			t.Fatalf("got %d %s", resp.StatusCode, b)
+		}
+	})
 
 	t.Run("repository index with a deeply nested ready", func(t *testing.T) {
 		code, _, body := s.do("POST", "/v2/repository/index", []byte(`{"ready":`+nested(30000, "true")+`}`))
