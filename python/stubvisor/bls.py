@@ -77,6 +77,7 @@ class BLSMixin:
     def model_control(self, op, name, options):
         """Run one operation of the model loading API on the server and
         return its value; a failure raises TritonModelException."""
+        self._check_owner("The model loading API")
         call_id = next(self._call_ids)
         controls = self._controls
         with self._cond:
@@ -90,6 +91,7 @@ class BLSMixin:
         return value
 
     def bls(self, request, decoupled):
+        self._check_owner("BLS")
         call_id = next(self._call_ids)
         inputs = []
         room = [self._inline_room]

@@ -107,6 +107,10 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         # ends the stub with it): the idle wait for a command need not
         # wake to look; the reaper's futex wake ends it at once.
         channel.idle_slice = _IDLE_WAIT
+        # The process that owns the channel. A process the model forks
+        # (multiprocessing with fork) inherits the mapping of the rings and
+        # arenas but must never use them: the supervisor sees one stub.
+        self._owner_pid = os.getpid()
         # The bytes of small tensors one message may carry inline (a
         # quarter of a frame, as the supervisor allows its Execute): the
         # rest of a batch's small outputs go through arena 1.
@@ -320,6 +324,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         """Block until ready() is true, reading the channel while no other
         thread does. Every wait is a bounded slice; the supervisor's death
         ends the process."""
+        self._check_owner("Waiting for the server")
         cond = self._cond
         reader = self._reader
         while True:
@@ -374,7 +379,18 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
     # ------------------------------------------------------------------
     # Sending.
 
+    def _check_owner(self, what):
+        """Raise a clear error when called from a process the model forked
+        instead of touching the stub's rings and arenas."""
+        if os.getpid() != self._owner_pid:
+            raise pb.TritonModelException(
+                "%s is not supported in a process forked from the model's stub (pid %d, the stub is pid %d): "
+                "a forked child shares the stub's shared memory and must not use it; make the call in the stub's "
+                "own process (execute), or start the child with multiprocessing's 'spawn' method"
+                % (what, os.getpid(), self._owner_pid))
+
     def _send(self, msg):
+        self._check_owner("Talking to the server")
         try:
             self.ch.send(msg)
         except _PeerDead:

@@ -43,6 +43,11 @@ class LifecycleMixin:
         return self.initialized and not self.finalizing
 
     def log(self, level, message, filename, line):
+        if os.getpid() != self._owner_pid:
+            # A process the model forked logs to its stderr, which the
+            # supervisor reads as the stub's output.
+            sys.stderr.write("%s %s:%d] %s\n" % (level, filename, line, message))
+            return
         self._send([_K_LOG, 0, level, _clip(message), filename, line])
 
     def _diag(self, level, message):

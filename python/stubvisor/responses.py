@@ -154,6 +154,7 @@ class ResponsesMixin:
         return [tensor._name, tensor._dtype, shape, _CLIENT, offset, size, region_id], None
 
     def send_response(self, request, response, flags):
+        self._check_owner("Sending a response")
         if response is None:
             wire = [request._handle, flags, None, [], ""]
         else:
