@@ -39,9 +39,15 @@ func (c *config) registerFeatures(fs *flag.FlagSet) {
 	c.rate.register(fs)
 }
 
-// applyFeatures checks them once parsed.
+// applyFeatures checks them once parsed and sets the supervisor's cache.
 func (c *config) applyFeatures() error {
-	return c.cache.apply()
+	if err := c.cache.apply(); err != nil {
+		return err
+	}
+	if c.cache.Enabled {
+		c.sup.ResponseCacheBytes = c.cache.ByteSize
+	}
+	return nil
 }
 
 func (c *cacheFlags) register(fs *flag.FlagSet) {

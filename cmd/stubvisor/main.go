@@ -183,9 +183,6 @@ func parseFlags(args []string) (*config, error) {
 	if err := c.checkSecurity(); err != nil {
 		return nil, err
 	}
-	if c.cache.Enabled {
-		c.sup.ResponseCacheBytes = c.cache.ByteSize
-	}
 	c.sup.IPC.RingBytes = uint32(*ringBytes)
 	c.sup.IPC.Spin = *spin
 	c.sup.Repositories = c.repos
