@@ -126,8 +126,13 @@ func (s *signature) validate(req *backendapi.InferRequest) (batch int64, err err
 		for _, in := range req.Inputs {
 			got = append(got, "'"+in.Name+"'")
 		}
-		return 0, backendapi.Errorf(backendapi.InvalidArg, "expected %d inputs but got %d inputs for model '%s'. Got input(s) [%s], but missing required input(s) [%s]. Please provide all required input(s).",
-			required, len(req.Inputs), s.model, strings.Join(got, ","), strings.Join(missing, ","))
+		// Triton names the range when the model has optional inputs.
+		expected := fmt.Sprintf("expected %d inputs", required)
+		if total := len(s.inputs) - len(s.controlInputs); total > required {
+			expected = fmt.Sprintf("expected number of inputs between %d and %d", required, total)
+		}
+		return 0, backendapi.Errorf(backendapi.InvalidArg, "%s but got %d inputs for model '%s'. Got input(s) [%s], but missing required input(s) [%s]. Please provide all required input(s).",
+			expected, len(req.Inputs), s.model, strings.Join(got, ","), strings.Join(missing, ","))
 	}
 	for _, out := range req.Outputs {
 		if s.output(out.Name) == nil {

@@ -61,6 +61,11 @@ func TestPythonBasedBackend(t *testing.T) {
 			if code != 200 || json.Unmarshal(body, &out) != nil || out.Text != "hello world ~hello ~world ~hello" {
 				t.Fatalf("generate: %d %s", code, body)
 			}
+			// With optional inputs, Triton's text names the range.
+			code, body = s.postJSON("/v2/models/textgen_model/generate", map[string]any{})
+			if want := "expected number of inputs between 1 and 4 but got 0 inputs for model 'textgen_model'. Got input(s) [], but missing required input(s) ['text_input']. Please provide all required input(s)."; code != 400 || httpErrorText(t, body) != want {
+				t.Errorf("generate without inputs: %d %s, want 400 %q", code, body, want)
+			}
 			st := curlSSE(t, s, "/v2/models/textgen_model/generate_stream", `{"text_input":"a b","stream":true,"sampling_parameters":"{\"max_tokens\":3}"}`)
 			var toks []string
 			for _, ev := range st.all() {
