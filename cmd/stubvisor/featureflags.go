@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// This file parses the flags of the response cache and the rate limiter,
-// with tritonserver's spellings and texts.
+// This file parses the flags of the response cache, the rate limiter and
+// Python-based backends, with tritonserver's spellings and texts.
 
 // cacheFlags are --cache-config and the deprecated --response-cache-byte-size.
 type cacheFlags struct {
@@ -32,15 +32,20 @@ type rateFlags struct {
 	Resources []rateResource
 }
 
-// registerFeatures adds the flags of the response cache and the rate
-// limiter to fs.
+// registerFeatures adds the flags of the response cache, the rate limiter
+// and Python-based backends to fs.
 func (c *config) registerFeatures(fs *flag.FlagSet) {
+	fs.StringVar(&c.sup.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "directory of Python-based backends: a model with backend \"<name>\" runs <dir>/<name>/model.py (the model repository's backends/ is searched next)")
 	c.cache.register(fs)
 	c.rate.register(fs)
 }
 
-// applyFeatures checks them once parsed and sets the supervisor's cache.
+// applyFeatures checks them (and --http-max-input-size, with Triton's
+// line) once parsed and sets the supervisor's cache.
 func (c *config) applyFeatures() error {
+	if c.maxInputSize <= 0 {
+		return lineError("Error: --http-max-input-size must be greater than 0.")
+	}
 	if err := c.cache.apply(); err != nil {
 		return err
 	}

@@ -121,7 +121,6 @@ func parseFlags(args []string) (*config, error) {
 	fs.Var(traceFlag{&c.trace, "triton,log-frequency="}, "trace-log-frequency", "deprecated: --trace-config triton,log-frequency=")
 	disableAC := fs.Bool("disable-auto-complete-config", false, "do not run auto_complete_config")
 	fs.StringVar(&c.sup.Python, "python", c.sup.Python, "Python interpreter of the stubs (with numpy and msgpack)")
-	fs.StringVar(&c.sup.BackendDirectory, "backend-directory", "/opt/tritonserver/backends", "directory of Python-based backends: a model with backend \"<name>\" runs <dir>/<name>/model.py (the model repository's backends/ is searched next)")
 	fs.StringVar(&c.sup.CacheDir, "cache-dir", "", "directory for extracted stub files, unpacked environments and built Go models")
 	shmDefault := fs.Uint64("shm-default-byte-size", c.sup.IPC.Pool.DefaultBytes, "bytes each stub pool arena starts with")
 	shmGrowth := fs.Uint64("shm-growth-byte-size", c.sup.IPC.Pool.GrowthBytes, "bytes a stub pool arena grows by")
@@ -160,9 +159,6 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if len(c.repos) == 0 {
 		return nil, errors.New("--model-repository is required")
-	}
-	if c.maxInputSize <= 0 {
-		return nil, lineError("Error: --http-max-input-size must be greater than 0.")
 	}
 	c.sup.IPC.Pool.DefaultBytes, c.sup.IPC.Pool.GrowthBytes, c.sup.IPC.Pool.MaxBytes = *shmDefault, *shmGrowth, *shmMax
 	explicit := map[string]bool{}
