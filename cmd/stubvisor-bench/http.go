@@ -40,6 +40,10 @@ var (
 	httpAddSubBatched = addSubConfig("add_sub_batched", "max_batch_size: 64\ndynamic_batching {}", 1)
 	httpAddSubMany    = addSubConfig("add_sub_many",
 		"max_batch_size: 0\nparameters { key: \"MAX_REQUESTS_PER_EXECUTE\" value { string_value: \"64\" } }", 1)
+	// httpAddSubCached answers from the response cache: every request of
+	// its case is the same, so all but the first are hits that never reach
+	// the stub (the server runs with a cache, --cache-config).
+	httpAddSubCached = addSubConfig("add_sub_cached", "max_batch_size: 0\nresponse_cache { enable: true }", 1)
 )
 
 // httpCase is one benchmark case: a request replayed by conns callers.
@@ -103,6 +107,7 @@ func httpCases() ([]httpCase, error) {
 		{"add_sub-16xFP32-json-c64-dynbatch", 64, "/v2/models/add_sub_batched/infer", addSubRow, jsonHdr},
 		{"add_sub-16xFP32-json-c16-many", 16, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c64-many", 64, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c16-cachehit", 16, "/v2/models/add_sub_cached/infer", addSub, jsonHdr},
 		{"identity-16xBYTES-json-c16", 16, "/v2/models/identity_all/infer", strings16, jsonHdr},
 		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
 	}, nil
@@ -135,13 +140,14 @@ func runHTTPBench(args []string) error {
 	if *quick {
 		*duration, *warmup = time.Second, 300*time.Millisecond
 	}
-	var extra []string
+	extra := []string{"--cache-config", "local,size=1048576"}
 	if *spin != "" {
 		extra = append(extra, "--stub-spin", *spin)
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16},
 		benchModel{"add_sub_batched", "add_sub", httpAddSubBatched}, benchModel{"add_sub_many", "add_sub", httpAddSubMany},
+		benchModel{"add_sub_cached", "add_sub", httpAddSubCached},
 		benchModel{"identity_fp32", "identity_fp32", ""},
 		benchModel{"identity_all", "identity_all", ""}, benchModel{"token_gen", "token_gen", ""})
 	if err != nil {
