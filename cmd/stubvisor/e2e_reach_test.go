@@ -82,7 +82,10 @@ func TestLoadOverrideConfined(t *testing.T) {
 	}{
 		{"dot dot", "identity_fp32", map[string]string{"file:../model.py": model}, 400, "invalid file parameter 'file:../model.py'"},
 		{"dot dot inside", "identity_fp32", map[string]string{"file:1/../../../../x.py": model}, 400, "invalid file parameter 'file:1/../../../../x.py'"},
-		{"absolute", "identity_fp32", map[string]string{"file:" + outside + "/x.py": model}, 400, "invalid file parameter"},
+		// As in Triton, the path is joined to the model's directory: a
+		// leading slash does not make it absolute, the file lands inside
+		// (and, without a version directory, the load fails).
+		{"absolute", "identity_fp32", map[string]string{"file:" + outside + "/x.py": model}, 400, "at least one version must be available"},
 		{"no version directory", "identity_fp32", map[string]string{"file:": model}, 400, "invalid file parameter 'file:'"},
 		{"name over NAME_MAX", "identity_fp32", map[string]string{"file:1/" + strings.Repeat("n", 300): model}, 500, "failed to poll from model repository"},
 		// os.Root walks a path one directory at a time, so a path longer
