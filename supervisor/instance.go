@@ -31,9 +31,13 @@ type instance struct {
 	// reqBase is the count when the current stub became ready (under mu).
 	requests atomic.Uint64
 	reqBase  uint64
-	// warming is set while warmup requests run on a new stub
-	// (warmup.go): their ends count in no statistics.
-	warming atomic.Bool
+	// warmups are the warmup requests in flight (warmup.go): their ends
+	// count in no statistics. warmExecs is how many executions still
+	// to leave out of the counts: one per warmup request sent. (While a
+	// replacement warms up, the stub it replaces still serves, so the
+	// instance cannot tell its ends apart by the time they come.)
+	warmups   sync.Map // *stubproc.Request -> struct{}
+	warmExecs atomic.Int64
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
 
@@ -368,7 +372,7 @@ func (mv *modelVersion) stubOptions() map[string]any {
 
 // Finish implements stubproc.Host.
 func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
-	if inst.warming.Load() {
+	if _, ok := inst.warmups.Load(pr); ok {
 		if taken, _ := pr.Respond(resp, err, final); !taken {
 			resp.Release()
 		}
@@ -379,8 +383,14 @@ func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferRespons
 
 // Executed implements stubproc.Host.
 func (inst *instance) Executed(size int64, d time.Duration) {
-	if inst.warming.Load() {
-		return
+	for {
+		n := inst.warmExecs.Load()
+		if n <= 0 {
+			break
+		}
+		if inst.warmExecs.CompareAndSwap(n, n-1) {
+			return
+		}
 	}
 	inst.mv.Executed(size, d)
 	inst.executions.Add(1)

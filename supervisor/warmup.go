@@ -31,8 +31,6 @@ func (inst *instance) warmup(p *stubproc.Proc) (time.Duration, error) {
 		return 0, nil
 	}
 	start := time.Now()
-	inst.warming.Store(true)
-	defer inst.warming.Store(false)
 	for _, w := range samples {
 		req, batch, err := mv.warmupRequest(w)
 		if err != nil {
@@ -66,6 +64,9 @@ func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest,
 	if !p.TakeSlot() {
 		return backendapi.Errorf(backendapi.Internal, "stub of instance %s has no free slot", inst.name)
 	}
+	inst.warmups.Store(pr, struct{}{})
+	defer inst.warmups.Delete(pr)
+	inst.warmExecs.Add(1)
 	p.Execute(pr.Solo())
 	resp, err := pr.Wait()
 	resp.Release()
