@@ -146,7 +146,6 @@ func parseFlags(args []string) (*config, error) {
 	// A bad flag is reported once, by main (launch scripts grep the log
 	// for tritonserver's messages and count them); -help prints the usage.
 	fs.SetOutput(io.Discard)
-	c.registerFeatures(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)

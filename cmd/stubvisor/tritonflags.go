@@ -55,6 +55,9 @@ func (t *tritonFlags) register(fs *flag.FlagSet, c *config) {
 	for _, name := range []string{"http-address", "grpc-address", "metrics-address"} {
 		t.addresses[name] = fs.String(name, "", "address of that listener; stubvisor binds every listener to one address, so this sets --address")
 	}
+	// The response cache, the rate limiter and Python-based backends
+	// (featureflags.go).
+	c.registerFeatures(fs)
 	for _, name := range ignoredTritonFlags {
 		fs.Func(name, "tritonserver flag accepted and ignored (no effect in stubvisor)", func(v string) error {
 			t.ignored = append(t.ignored, name+"="+v)
