@@ -62,7 +62,7 @@ func (s *Supervisor) shmBytes(in *backendapi.InputTensor) ([]byte, error) {
 // execution), a miss runs the model and keeps its response.
 func (s *Supervisor) inferCached(ctx context.Context, mv *modelVersion, req *backendapi.InferRequest, key respcache.Key) (*backendapi.InferResponse, error) {
 	start := time.Now()
-	if _, err := mv.sig.validate(req); err != nil {
+	if _, err := mv.sig.Validate(req); err != nil {
 		return nil, err
 	}
 	if resp, hit := s.cache.Lookup(mv.name, mv.version, key); hit {

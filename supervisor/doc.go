@@ -24,14 +24,13 @@
 //	pybackend.go    Python-based backends: backend "<name>" runs <backend-directory>/<name>/model.py
 //	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups
 //	model.go        modelVersion: one loaded version, its instances, submit/Finish; sched.Dispatch
-//	validate.go     a request checked against the model's inputs and outputs
 //	instance.go     instance: a slot that always wants a live stub (restarts); stubproc.Host
 //	ensemble.go     an ensemble version built (package ensemble), and what it reaches
 //	bls.go          requests a model makes from inside execute (BLS)
 //	modelctl.go     the model loading API of pb_utils (load_model, unload_model, is_model_ready)
 //	readiness.go    a model's own is_ready(), one check at a time per instance
 //	stats.go        per-model statistics (failure reasons: sched's sentinels are REJECTED)
-//	metrics.go      custom metrics collected from every live stub and merged
+//	metrics.go      custom metrics collected from every live stub (merged by package custommetrics)
 //	sampler.go      each second: every stub's /proc figures and the latency, kept five minutes
 //	recycle.go      the limits of a stub's life (MAX_RSS_MB, ...) and recycling: warm replacement, drain
 //	memory.go       MEMORY_LIMIT_MB: the stub confined at spawn (package memlimit), deaths it caused

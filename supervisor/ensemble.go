@@ -9,6 +9,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/supervisor/ensemble"
 	"github.com/stubvisor/stubvisor/supervisor/sched"
+	"github.com/stubvisor/stubvisor/supervisor/signature"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -31,7 +32,7 @@ func (s *Supervisor) newEnsembleVersion(cfg *inferencepb.ModelConfig, dir string
 	if err != nil {
 		return nil, err
 	}
-	mv.cfg, mv.configJSON, mv.decoupled, mv.sig = cfg, string(js), e.Decoupled(), newSignature(cfg)
+	mv.cfg, mv.configJSON, mv.decoupled, mv.sig = cfg, string(js), e.Decoupled(), signature.New(cfg)
 	mv.scheduler, mv.steps, mv.composing = e, e.Steps(), e.Models()
 	return mv, nil
 }

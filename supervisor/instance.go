@@ -83,7 +83,7 @@ func (inst *instance) procConfig() stubproc.Config {
 	}
 	return stubproc.Config{
 		Instance: inst.name, Model: mv.name, Version: mv.version, Kind: mv.kind,
-		Decoupled: mv.decoupled, Batched: mv.sig.maxBatch > 0, Labels: mv.labels,
+		Decoupled: mv.decoupled, Batched: mv.sig.MaxBatch() > 0, Labels: mv.labels,
 		ExecuteTimeout: mv.executeTimeout, PipelineDepth: sched.PipelineDepth(mv.cfg, len(mv.instances)),
 		IPC: opts.IPC, StartTimeout: opts.StubStartTimeout, HeartbeatTimeout: opts.HeartbeatTimeout,
 		Regions: &mv.sup.shm, Launcher: mv.sup.launcher, Log: inst.log,

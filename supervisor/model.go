@@ -17,6 +17,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/supervisor/sched"
+	"github.com/stubvisor/stubvisor/supervisor/signature"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -41,7 +42,7 @@ type modelVersion struct {
 	limits  stubLimits
 	envTook time.Duration
 	envVars []string // activate its EXECUTION_ENV_PATH (runtime.go)
-	sig     *signature
+	sig     *signature.Signature
 	// steps are an ensemble's steps (the status page), and composing the
 	// models they name; nil for other models.
 	steps     []backendapi.EnsembleStep
@@ -74,7 +75,7 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		configJSON: string(js),
 		kind:       s.stubKind(cfg, dir),
 		decoupled:  cfg.GetModelTransactionPolicy().GetDecoupled(),
-		sig:        newSignature(cfg),
+		sig:        signature.New(cfg),
 		queue:      sched.NewQueue(cfg),
 	}
 	mv.modelFile = s.modelFileOf(cfg, dir, version)
@@ -222,7 +223,7 @@ func (mv *modelVersion) enter() error {
 // and releases it itself (an ensemble keeps a step's outputs in the
 // stub's arena until the steps that read them are done).
 func (mv *modelVersion) submitTo(ctx context.Context, req *backendapi.InferRequest, stream func(*backendapi.InferResponse, error, bool), own bool) (*stubproc.Request, error) {
-	n, err := mv.sig.validate(req)
+	n, err := mv.sig.Validate(req)
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/stubvisor/stubvisor/backendapi/modelconfig"
 	"github.com/stubvisor/stubvisor/ipc"
 	"github.com/stubvisor/stubvisor/supervisor/ensemble"
+	"github.com/stubvisor/stubvisor/supervisor/signature"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -408,7 +409,7 @@ func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir, backendFile
 	if err != nil {
 		return nil, err
 	}
-	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp, sig: &signature{}}
+	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp, sig: &signature.Signature{}}
 	inst := newInstance(mv, cfg.GetName()+"_autocomplete", "CPU", 0)
 	p, err := stubproc.Spawn(inst.procConfig(), inst)
 	if err != nil {

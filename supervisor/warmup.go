@@ -12,6 +12,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/supervisor/signature"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
@@ -80,7 +81,7 @@ func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest,
 // (1 for a model without batching).
 func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.InferRequest, int64, error) {
 	batch := int64(1)
-	if mv.sig.maxBatch > 0 {
+	if mv.sig.MaxBatch() > 0 {
 		batch = int64(max(w.GetBatchSize(), 1))
 	}
 	req := &backendapi.InferRequest{ModelName: mv.name, ModelVersion: mv.version, ID: "warmup:" + w.GetName()}
@@ -91,12 +92,12 @@ func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.I
 	sort.Strings(names)
 	for _, name := range names {
 		in := w.GetInputs()[name]
-		dt := configType(in.GetDataType())
+		dt := signature.ConfigType(in.GetDataType())
 		shape := in.GetDims()
-		if mv.sig.maxBatch > 0 {
+		if mv.sig.MaxBatch() > 0 {
 			shape = append([]int64{batch}, shape...)
 		}
-		data, err := mv.warmupData(in, dt, elementCount(shape))
+		data, err := mv.warmupData(in, dt, signature.ElementCount(shape))
 		if err != nil {
 			return nil, 0, fmt.Errorf("input '%s': %w", name, err)
 		}

@@ -1,4 +1,4 @@
-package supervisor
+package custommetrics
 
 import (
 	"reflect"
@@ -27,13 +27,13 @@ func TestCustomMetricsMerge(t *testing.T) {
 		wireFamily("lat", 2, []any{map[string]any{}, 0.0, []any{0.5, 1.0}, []any{uint64(0), uint64(1), uint64(1)}, 0.75, uint64(1)}),
 		wireFamily("temp", 1, []any{map[string]any{}, 21.5, nil, nil, 0.0, int64(0)}),
 	}
-	m := newMetricMerger()
+	m := NewMerger()
 	for _, wire := range [][]any{stubA, stubB} {
-		fams, err := parseMetricFamilies(wire)
+		fams, err := Parse(wire)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.add(fams)
+		m.Add(fams)
 	}
 	want := []backendapi.MetricFamily{
 		{Name: "hits", Description: "help of hits", Kind: backendapi.MetricCounter, Metrics: []backendapi.Metric{
@@ -47,7 +47,7 @@ func TestCustomMetricsMerge(t *testing.T) {
 			{Labels: map[string]string{}, Value: 21.5},
 		}},
 	}
-	if got := m.families(); !reflect.DeepEqual(got, want) {
+	if got := m.Families(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("merged:\n%+v\nwant:\n%+v", got, want)
 	}
 }
@@ -66,7 +66,7 @@ func TestCustomMetricsMalformed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if fams, err := parseMetricFamilies(tc.wire); err == nil {
+			if fams, err := Parse(tc.wire); err == nil {
 				t.Fatalf("parsed %+v", fams)
 			}
 		})

@@ -1,4 +1,9 @@
-package supervisor
+// Package signature holds a model's inputs and outputs as the request path
+// needs them, precomputed at load from its configuration, and checks a
+// request against them (names, datatypes, shapes, batch size, byte sizes)
+// with Triton's texts. It knows nothing of stubs or schedulers, so a
+// request is refused here before anything is queued.
+package signature
 
 import (
 	"encoding/binary"
@@ -17,9 +22,9 @@ type ioSpec struct {
 	optional bool
 }
 
-// signature is a model's inputs and outputs, precomputed at load so the
+// Signature is a model's inputs and outputs, precomputed at load so the
 // request path does no config lookups.
-type signature struct {
+type Signature struct {
 	model    string
 	maxBatch int64
 	inputs   []ioSpec
@@ -28,13 +33,13 @@ type signature struct {
 	controlInputs map[string]bool
 }
 
-func newSignature(cfg *inferencepb.ModelConfig) *signature {
-	s := &signature{model: cfg.GetName(), maxBatch: int64(cfg.GetMaxBatchSize())}
+func New(cfg *inferencepb.ModelConfig) *Signature {
+	s := &Signature{model: cfg.GetName(), maxBatch: int64(cfg.GetMaxBatchSize())}
 	for _, in := range cfg.GetInput() {
-		s.inputs = append(s.inputs, ioSpec{name: in.GetName(), dtype: configType(in.GetDataType()), dims: in.GetDims(), optional: in.GetOptional()})
+		s.inputs = append(s.inputs, ioSpec{name: in.GetName(), dtype: ConfigType(in.GetDataType()), dims: in.GetDims(), optional: in.GetOptional()})
 	}
 	for _, out := range cfg.GetOutput() {
-		s.outputs = append(s.outputs, ioSpec{name: out.GetName(), dtype: configType(out.GetDataType()), dims: out.GetDims()})
+		s.outputs = append(s.outputs, ioSpec{name: out.GetName(), dtype: ConfigType(out.GetDataType()), dims: out.GetDims()})
 	}
 	if sb := cfg.GetSequenceBatching(); sb != nil {
 		s.controlInputs = map[string]bool{}
@@ -45,11 +50,14 @@ func newSignature(cfg *inferencepb.ModelConfig) *signature {
 	return s
 }
 
-func configType(t inferencepb.DataType) backendapi.DataType {
+func ConfigType(t inferencepb.DataType) backendapi.DataType {
 	return backendapi.ParseDataType(t.String())
 }
 
-func (s *signature) input(name string) *ioSpec {
+// MaxBatch is the model's max_batch_size (0: no batch dimension).
+func (s *Signature) MaxBatch() int64 { return s.maxBatch }
+
+func (s *Signature) input(name string) *ioSpec {
 	for i := range s.inputs {
 		if s.inputs[i].name == name {
 			return &s.inputs[i]
@@ -58,7 +66,7 @@ func (s *signature) input(name string) *ioSpec {
 	return nil
 }
 
-func (s *signature) output(name string) *ioSpec {
+func (s *Signature) output(name string) *ioSpec {
 	for i := range s.outputs {
 		if s.outputs[i].name == name {
 			return &s.outputs[i]
@@ -70,7 +78,7 @@ func (s *signature) output(name string) *ioSpec {
 // validate checks a request against the model's signature with the texts
 // Triton's core uses, and returns the request's batch size (1 for models
 // without batching).
-func (s *signature) validate(req *backendapi.InferRequest) (batch int64, err error) {
+func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err error) {
 	batch = 1
 	seen := make(map[string]bool, len(req.Inputs))
 	for i := range req.Inputs {
@@ -142,7 +150,7 @@ func (s *signature) validate(req *backendapi.InferRequest) (batch int64, err err
 	return batch, nil
 }
 
-func (s *signature) fullDims(dims []int64) []int64 {
+func (s *Signature) fullDims(dims []int64) []int64 {
 	if s.maxBatch > 0 {
 		return append([]int64{-1}, dims...)
 	}
@@ -170,7 +178,7 @@ func formatDims(d []int64) string {
 }
 
 // elementCount returns the number of elements of shape.
-func elementCount(shape []int64) int64 {
+func ElementCount(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
 		n *= d
@@ -182,7 +190,7 @@ func elementCount(shape []int64) int64 {
 // type describe; for BYTES, that it is a well-formed sequence of
 // length-prefixed elements of the right count.
 func checkByteSize(in *backendapi.InputTensor, model string) error {
-	n := elementCount(in.Shape)
+	n := ElementCount(in.Shape)
 	if in.DataType != backendapi.TypeBytes {
 		want := n * int64(in.DataType.Size())
 		if int64(len(in.Data)) != want {
