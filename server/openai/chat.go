@@ -246,29 +246,17 @@ func (s *Server) streamChat(w http.ResponseWriter, gen *generation, base chatCom
 		}
 		sw.flush(len(gen.queue))
 	}
-	if failed || sw.broken {
-		if failed && !sw.broken {
-			sw.done()
+	endStream(sw, gen, failed, func() any {
+		if !withUsage {
+			return nil
 		}
-		return
-	}
-	if err := gen.requestError(); err != nil {
-		sw.streamError(err)
-		if !sw.broken {
-			sw.done()
-		}
-		return
-	}
-	if withUsage {
 		chunk := base
 		chunk.Choices = []chatChoice{}
-		chunk.Usage = usageOf(cs)
-		if chunk.Usage == nil {
+		if chunk.Usage = usageOf(cs); chunk.Usage == nil {
 			chunk.Usage = &usage{}
 		}
-		sw.event(chunk)
-	}
-	sw.done()
+		return chunk
+	})
 }
 
 // delta is the chunk content for one response's text: content, the

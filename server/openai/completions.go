@@ -153,27 +153,15 @@ func (s *Server) streamCompletion(w http.ResponseWriter, gen *generation, base c
 		}
 		sw.flush(len(gen.queue))
 	}
-	if failed || sw.broken {
-		if failed && !sw.broken {
-			sw.done()
+	endStream(sw, gen, failed, func() any {
+		if !withUsage {
+			return nil
 		}
-		return
-	}
-	if err := gen.requestError(); err != nil {
-		sw.streamError(err)
-		if !sw.broken {
-			sw.done()
-		}
-		return
-	}
-	if withUsage {
 		chunk := base
 		chunk.Choices = []completionChoice{}
-		chunk.Usage = usageOf(cs)
-		if chunk.Usage == nil {
+		if chunk.Usage = usageOf(cs); chunk.Usage == nil {
 			chunk.Usage = &usage{}
 		}
-		sw.event(chunk)
-	}
-	sw.done()
+		return chunk
+	})
 }

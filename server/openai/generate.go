@@ -302,3 +302,26 @@ func (sw *sseWriter) streamError(err error) {
 	_, obj := newErrorObject(err)
 	sw.event(obj)
 }
+
+// endStream ends a stream after its last choice chunk: nothing more when
+// the client is gone, an error chunk when the model failed, else the
+// usage chunk (when usageChunk returns one) and then [DONE].
+func endStream(sw *sseWriter, gen *generation, failed bool, usageChunk func() any) {
+	if failed || sw.broken {
+		if failed && !sw.broken {
+			sw.done()
+		}
+		return
+	}
+	if err := gen.requestError(); err != nil {
+		sw.streamError(err)
+		if !sw.broken {
+			sw.done()
+		}
+		return
+	}
+	if chunk := usageChunk(); chunk != nil {
+		sw.event(chunk)
+	}
+	sw.done()
+}
