@@ -23,6 +23,7 @@ type modelStats struct {
 }
 
 func TestDynamicBatcher(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "batch_add", "batch_slow"))
 

@@ -92,6 +92,7 @@ func blsStreamRequest(id string, cancelAfter int32, in ...int32) *pb.ModelInferR
 }
 
 func TestBLS(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo := copyRepo(t, "bls_forward", "bls_forward_async", "bls_stream", "add_sub", "identity_timeout",
 		"repeat_decoupled", "cancel_watch_stream")

@@ -46,6 +46,7 @@ func TestDeployLaunchArgs(t *testing.T) {
 // TestDrainDelay: after SIGTERM the server reports not ready at once but
 // still serves for --drain-delay-secs, then exits.
 func TestDrainDelay(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "add_sub"), "--drain-delay-secs=2", "--exit-timeout-secs=10")
 	body := []byte(`{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},` +

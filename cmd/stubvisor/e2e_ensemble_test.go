@@ -102,6 +102,7 @@ func startEnsembleServer(t *testing.T, args ...string) *server {
 }
 
 func TestEnsemble(t *testing.T) {
+	slow(t)
 	s := startEnsembleServer(t, "--load-model", "ens_pipeline", "--load-model", "ens_diamond",
 		"--load-model", "ens_stream", "--load-model", "ens_fail", "--load-model", "ens_kill", "--load-model", "ens_seq", "--load-model", "ens_hang")
 	_, c := grpcClient(t, s)

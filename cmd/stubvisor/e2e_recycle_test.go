@@ -282,6 +282,7 @@ func (s *server) postJSONQuiet(path string, v any) (int, []byte) {
 // TestRecycleMaxStubAge: the server flag --max-stub-age-s recycles a stub
 // once it is older, with the cause in /v2/stubs.
 func TestRecycleMaxStubAge(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "leak"), "--max-stub-age-s", "2")
 	first := recycleStub(t, s, "leak")

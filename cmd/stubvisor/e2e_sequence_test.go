@@ -210,6 +210,7 @@ func runSequences(t *testing.T, base, model string, ids []any) map[string]int {
 }
 
 func TestSequenceBatcher(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "seq_accumulate", "seq_string"))
 

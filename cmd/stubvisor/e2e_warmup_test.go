@@ -63,6 +63,7 @@ func warmStub(t *testing.T, s *server) (pid int, warmupMS float64) {
 }
 
 func TestWarmup(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "warm_lazy", "warm_fails"), "--log-verbose=1", "--model-control-mode=explicit", "--load-model=warm_lazy")
 	// The lazy initialization takes 1 s; a request that pays it cannot
