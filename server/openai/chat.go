@@ -200,7 +200,6 @@ func (s *Server) streamChat(w http.ResponseWriter, gen *generation, base chatCom
 	sw := newSSEWriter(w)
 	cs := newChoices(n)
 	streams := make([]chatStream, n)
-	failed := false
 	send := func(ch chatChoice) {
 		chunk := base
 		chunk.Choices = []chatChoice{ch}
@@ -208,16 +207,7 @@ func (s *Server) streamChat(w http.ResponseWriter, gen *generation, base chatCom
 			gen.cancel()
 		}
 	}
-	for p := range gen.queue {
-		if failed || sw.broken {
-			continue
-		}
-		if p.err != nil {
-			sw.streamError(p.err)
-			failed = true
-			gen.cancel()
-			continue
-		}
+	failed := streamPieces(gen, sw, func(p piece) {
 		c, st := cs[p.choice], &streams[p.choice]
 		c.add(p)
 		if !st.started {
@@ -244,8 +234,7 @@ func (s *Server) streamChat(w http.ResponseWriter, gen *generation, base chatCom
 			}
 			send(ch)
 		}
-		sw.flush(len(gen.queue))
-	}
+	})
 	endStream(sw, gen, failed, func() any {
 		if !withUsage {
 			return nil

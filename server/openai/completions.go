@@ -124,17 +124,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, gen *generation, base c
 	sw := newSSEWriter(w)
 	cs := newChoices(n)
 	offsets := make([]int, n)
-	failed := false
-	for p := range gen.queue {
-		if failed || sw.broken {
-			continue
-		}
-		if p.err != nil {
-			sw.streamError(p.err)
-			failed = true
-			gen.cancel()
-			continue
-		}
+	failed := streamPieces(gen, sw, func(p piece) {
 		c := cs[p.choice]
 		c.add(p)
 		chunk := base
@@ -151,8 +141,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, gen *generation, base c
 		if !sw.event(chunk) {
 			gen.cancel()
 		}
-		sw.flush(len(gen.queue))
-	}
+	})
 	endStream(sw, gen, failed, func() any {
 		if !withUsage {
 			return nil

@@ -325,3 +325,24 @@ func endStream(sw *sseWriter, gen *generation, failed bool, usageChunk func() an
 	}
 	sw.done()
 }
+
+// streamPieces hands each piece of gen to chunk, in order, flushing after
+// each, until the client is gone or a piece carries an error; that error
+// is sent as an error chunk and the rest of the generation is cancelled
+// and drained. It reports whether a piece failed.
+func streamPieces(gen *generation, sw *sseWriter, chunk func(p piece)) (failed bool) {
+	for p := range gen.queue {
+		if failed || sw.broken {
+			continue
+		}
+		if p.err != nil {
+			sw.streamError(p.err)
+			failed = true
+			gen.cancel()
+			continue
+		}
+		chunk(p)
+		sw.flush(len(gen.queue))
+	}
+	return failed
+}
