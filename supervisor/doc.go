@@ -8,8 +8,9 @@
 // interface (docs/architecture.md draws them and lists the allowed
 // imports): sched (the schedulers; a model version is their
 // sched.Dispatch), ensemble (the ensemble, one more sched.Scheduler),
-// stubproc (one stub process; an instance is its stubproc.Host) and
-// clientshm (the client shared-memory registry).
+// stubproc (one stub process; an instance is its stubproc.Host),
+// clientshm (the client shared-memory registry) and ratelimit (the rate
+// limiter, which a limited instance's stubs wait for: stubproc.Config.Gate).
 //
 // # Files, one job each
 //
@@ -21,6 +22,7 @@
 //	runtime.go      Python interpreters (EXECUTION_ENV_PATH), building Go models
 //	warmup.go       model_warmup: every sample on every new stub before it takes traffic
 //	cache.go        the response cache (package respcache) in the request path
+//	ratelimit.go    the rate limiter (package ratelimit): limited instances registered, their stubs gated
 //	pybackend.go    Python-based backends: backend "<name>" runs <backend-directory>/<name>/model.py
 //	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups
 //	model.go        modelVersion: one loaded version, its instances, submit/Finish; sched.Dispatch
@@ -75,7 +77,8 @@
 //
 // A goroutine holding a lock may take only locks below it in this list
 // (and those of the rooms, after this package's: sched's, then
-// stubproc's, then clientshm's); most are leaves, held for a few field
+// stubproc's, then clientshm's; ratelimit.Limiter.mu is a leaf, taken
+// with none of them held); most are leaves, held for a few field
 // updates and never across a send on a ring, a wait on a channel, or a
 // call into a response's callback.
 //

@@ -10,7 +10,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc"
+	"github.com/stubvisor/stubvisor/supervisor/ratelimit"
 	"github.com/stubvisor/stubvisor/supervisor/sched"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
@@ -40,6 +42,11 @@ type instance struct {
 	warmExecs atomic.Int64
 	// readiness runs the model's own is_ready() (readiness.go).
 	readiness userReadiness
+	// rateLimit is the group's rate_limiter (nil: none); limited is the
+	// instance's registration with the rate limiter while its version
+	// runs, nil when it is not limited (ratelimit.go).
+	rateLimit *inferencepb.ModelRateLimiter
+	limited   atomic.Pointer[ratelimit.Instance]
 
 	mu       sync.Mutex
 	state    backendapi.StubState
@@ -64,9 +71,9 @@ type instance struct {
 	done  chan struct{}
 }
 
-func newInstance(mv *modelVersion, name, kind string, device int) *instance {
+func newInstance(mv *modelVersion, name, kind string, device int, rateLimit *inferencepb.ModelRateLimiter) *instance {
 	return &instance{
-		mv: mv, name: name, kind: kind, device: device,
+		mv: mv, name: name, kind: kind, device: device, rateLimit: rateLimit,
 		log:    mv.sup.log.Named(name),
 		direct: make(chan *stubproc.Batch, 64),
 		state:  backendapi.StubStarting, swapc: make(chan swap),
@@ -81,10 +88,16 @@ func (inst *instance) procConfig() stubproc.Config {
 	if mv.limits.memory > 0 {
 		confine = inst.confine
 	}
+	depth, gate := sched.PipelineDepth(mv.cfg, len(mv.instances)), inst.gate()
+	if gate != nil {
+		// The grant covers one execute: a second queued behind it in the
+		// ring would wait for the first's resources anyway.
+		depth = 1
+	}
 	return stubproc.Config{
 		Instance: inst.name, Model: mv.name, Version: mv.version, Kind: mv.kind,
 		Decoupled: mv.decoupled, Batched: mv.sig.MaxBatch() > 0, Labels: mv.labels,
-		ExecuteTimeout: mv.executeTimeout, PipelineDepth: sched.PipelineDepth(mv.cfg, len(mv.instances)),
+		ExecuteTimeout: mv.executeTimeout, PipelineDepth: depth, Gate: gate,
 		IPC: opts.IPC, StartTimeout: opts.StubStartTimeout, HeartbeatTimeout: opts.HeartbeatTimeout,
 		Regions: &mv.sup.shm, Launcher: mv.sup.launcher, Log: inst.log,
 		Command:  func() (*exec.Cmd, error) { return mv.command(inst) },

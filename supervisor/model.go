@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -52,6 +53,9 @@ type modelVersion struct {
 
 	// queue holds batches any instance may take (sched.NewQueue).
 	queue     chan *stubproc.Batch
+	// gated: an instance waits for the rate limiter, so every batch goes
+	// through the queues to its stub's dispatcher (ratelimit.go).
+	gated     atomic.Bool
 	scheduler sched.Scheduler
 	instances []*instance
 	stats     stats
@@ -126,7 +130,7 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 		n := 0
 		for _, device := range devices {
 			for range int(group.GetCount()) {
-				mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), n), kind, int(device)))
+				mv.instances = append(mv.instances, newInstance(mv, fmt.Sprintf("%s_%d", group.GetName(), n), kind, int(device), group.GetRateLimiter()))
 				n++
 			}
 		}
@@ -141,6 +145,9 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 // start launches every instance in parallel; it fails if any fails, and
 // then stops the others.
 func (mv *modelVersion) start() error {
+	if err := mv.registerRateLimits(); err != nil {
+		return err
+	}
 	errs := make([]error, len(mv.instances))
 	var wg sync.WaitGroup
 	for i, inst := range mv.instances {
@@ -197,6 +204,7 @@ func (mv *modelVersion) stop(deadline time.Time) {
 		go func() { defer wg.Done(); inst.stop(finalizeBy) }()
 	}
 	wg.Wait()
+	mv.unregisterRateLimits()
 	// Anything still queued has no stub left to run it.
 	mv.scheduler.FailQueued(backendapi.Errorf(backendapi.Unavailable, "model '%s' was unloaded before the request ran", mv.name))
 }
@@ -297,7 +305,7 @@ func (mv *modelVersion) failQueuedIfNoStub(cause error) {
 // the most free ones, when no batch is queued before it, so the caller
 // sends its request itself.
 func (mv *modelVersion) Take() sched.Runner {
-	if len(mv.queue) > 0 {
+	if len(mv.queue) > 0 || mv.gated.Load() {
 		return nil
 	}
 	var best *stubproc.Proc

@@ -410,7 +410,7 @@ func (s *Supervisor) autoComplete(cfg *inferencepb.ModelConfig, dir, backendFile
 		return nil, err
 	}
 	mv := &modelVersion{sup: s, name: cfg.GetName(), dir: dir, kind: modelconfig.KindPython, modelFile: modelFile, interpreter: interp, sig: &signature.Signature{}}
-	inst := newInstance(mv, cfg.GetName()+"_autocomplete", "CPU", 0)
+	inst := newInstance(mv, cfg.GetName()+"_autocomplete", "CPU", 0, nil)
 	p, err := stubproc.Spawn(inst.procConfig(), inst)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 	"github.com/stubvisor/stubvisor/supervisor/clientshm"
 	"github.com/stubvisor/stubvisor/supervisor/memlimit"
 	"github.com/stubvisor/stubvisor/supervisor/pyenv"
+	"github.com/stubvisor/stubvisor/supervisor/ratelimit"
 	"github.com/stubvisor/stubvisor/supervisor/respcache"
 	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
@@ -48,6 +49,11 @@ type Options struct {
 	// ResponseCacheBytes is the size of the response cache; 0: no cache
 	// (cache.go).
 	ResponseCacheBytes uint64
+	// RateLimit is --rate-limit=execution_count: instances of groups with
+	// a rate_limiter wait for its resources (ratelimit.go);
+	// RateLimitResources are the --rate-limit-resource counts.
+	RateLimit          bool
+	RateLimitResources []RateLimitResource
 	// BackendDirectory holds the Python-based backends,
 	// <dir>/<name>/model.py (pybackend.go).
 	BackendDirectory string
@@ -137,6 +143,8 @@ type Supervisor struct {
 	blsReg blsCalls
 	// cache is the response cache, nil without one (cache.go).
 	cache *respcache.Cache
+	// limiter is the rate limiter, nil when it is off (ratelimit.go).
+	limiter *ratelimit.Limiter
 }
 
 var _ backendapi.Backend = (*Supervisor)(nil)
@@ -225,6 +233,7 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.ResponseCacheBytes > 0 {
 		s.cache = respcache.New(opts.ResponseCacheBytes)
 	}
+	s.limiter = newRateLimiter(opts)
 	if err := s.loadStartupModels(); err != nil {
 		return nil, err
 	}

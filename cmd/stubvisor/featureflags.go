@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/stubvisor/stubvisor/supervisor"
 )
 
 // This file parses the flags of the response cache, the rate limiter and
@@ -41,7 +43,7 @@ func (c *config) registerFeatures(fs *flag.FlagSet) {
 }
 
 // applyFeatures checks them (and --http-max-input-size, with Triton's
-// line) once parsed and sets the supervisor's cache.
+// line) once parsed and sets the supervisor's cache and rate limiter.
 func (c *config) applyFeatures() error {
 	if c.maxInputSize <= 0 {
 		return lineError("Error: --http-max-input-size must be greater than 0.")
@@ -51,6 +53,11 @@ func (c *config) applyFeatures() error {
 	}
 	if c.cache.Enabled {
 		c.sup.ResponseCacheBytes = c.cache.ByteSize
+	}
+	c.sup.RateLimit = c.rate.Mode == "execution_count"
+	c.sup.RateLimitResources = nil
+	for _, r := range c.rate.Resources {
+		c.sup.RateLimitResources = append(c.sup.RateLimitResources, supervisor.RateLimitResource(r))
 	}
 	return nil
 }

@@ -267,8 +267,8 @@ func run(c *config) error {
 	if err := protectProcess(); err != nil {
 		log.Warn("could not make the server non-dumpable; model code could read its memory", "error", err)
 	}
-	if c.rate.Mode != "off" || len(c.rate.Resources) > 0 {
-		log.Warn("the rate limiter is not implemented: --rate-limit and --rate-limit-resource have no effect; an instance runs a request as soon as it is free", "mode", c.rate.Mode)
+	if c.rate.Mode == "off" && len(c.rate.Resources) > 0 {
+		log.Warn("--rate-limit-resource has no effect while --rate-limit is off")
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -17,8 +17,15 @@ const AllDevices = -1
 const globalDevice = -2
 
 // ErrResources is the sentinel of a registration the rate limiter refuses
-// (a resource both global and per device, or a count too small).
-var ErrResources = errors.New("rate limiter")
+// (a resource both global and per device, or a count too small). The
+// error's text is Triton's alone.
+var ErrResources = errors.New("rate limiter: resources cannot be had")
+
+// resourceError is a refused registration, in Triton's words.
+type resourceError string
+
+func (e resourceError) Error() string        { return string(e) }
+func (e resourceError) Is(target error) bool { return target == ErrResources }
 
 // Resource is one resource an instance group asks for
 // (rate_limiter.resources): Count copies of Name, on the instance's
@@ -143,7 +150,7 @@ func (l *Limiter) computeLimits() error {
 	for _, p := range sortedPools(asks) {
 		global := p.device == globalDevice
 		if g, seen := names[p.name]; seen && g != global {
-			return fmt.Errorf("%w: Resource \"%s\" is present as both global and device-specific resource in the model configuration.", ErrResources, p.name)
+			return resourceError(fmt.Sprintf("Resource \"%s\" is present as both global and device-specific resource in the model configuration.", p.name))
 		}
 		names[p.name] = global
 	}
@@ -153,7 +160,7 @@ func (l *Limiter) computeLimits() error {
 		if l.explicit != nil {
 			have = l.explicitCount(p)
 			if have < ask {
-				return fmt.Errorf("%w: Resource count for \"%s\" is limited to %d which will prevent scheduling of one or more model instances, the minimum required count is %d", ErrResources, p.name, have, ask)
+				return resourceError(fmt.Sprintf("Resource count for \"%s\" is limited to %d which will prevent scheduling of one or more model instances, the minimum required count is %d", p.name, have, ask))
 			}
 		}
 		limits[p] = have

@@ -16,6 +16,7 @@
 //	exchange.go     the request table: Call, Execute, executeDone, deliver, releases
 //	reader.go       the ring reader: read, readFor, drain, handle
 //	request.go      Request: one request until its final response; Batch
+//	gate.go         Config.Gate (the rate limiter): a batch admitted before it is sent, its grant given back
 //	response.go     a stub's response turned into the front end's
 //	classify.go     the classification extension (labels, top-k)
 //	bls.go          the stub's side of BLS and of the model loading API
@@ -42,7 +43,9 @@
 //     work, once a heartbeat period on a grid shared by all stubs while it
 //     is idle).
 //   - Dispatch, started by the Host's owner once per incarnation, feeds
-//     queued batches into free slots until the process exits.
+//     queued batches into free slots until the process exits; with a
+//     Config.Gate it waits for each batch's grant first (gate.go), and
+//     only it sends then (a reader that frees a slot hands it back).
 //   - Request: readFor, started by Wait when its caller gives up while the
 //     stub still owes it a reply; it reads in its place until the request
 //     ends or the stub dies. Wait also cancels on a goroutine of its own
@@ -69,6 +72,6 @@
 //     lock (clientshm.Registry.mu, a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
-// > clientshm.Registry.mu (ensureMapped). Host.Finish is called with none
-// of these held.
+// > clientshm.Registry.mu (ensureMapped). Host.Finish and Config.Gate
+// (and the release it returns) are called with none of these held.
 package stubproc

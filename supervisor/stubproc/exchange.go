@@ -76,10 +76,14 @@ func (p *Proc) failAll() {
 			}
 		}
 	}
+	gone := p.batches
 	p.requests = map[uint64]*Request{}
 	p.batches = map[uint64]*Batch{}
 	p.failed = true
 	p.mu.Unlock()
+	for _, b := range gone {
+		b.ungate()
+	}
 	died, notRun := p.failure(), p.notStarted()
 	for _, r := range reqs {
 		if unstarted[r] {
@@ -96,6 +100,11 @@ func (p *Proc) failAll() {
 // block on a full ring while the stub blocks on ours; the rings hold far
 // more than the pipeline's few small Execute messages.)
 func (p *Proc) next() {
+	if p.cfg.Gate != nil {
+		// Waiting for the gate is the dispatcher's job, never a reader's.
+		p.slots <- struct{}{}
+		return
+	}
 	select {
 	case b := <-p.direct:
 		p.Execute(b)
@@ -141,6 +150,9 @@ func (p *Proc) Dispatch() {
 			return
 		case <-p.retired:
 			return
+		}
+		if p.cfg.Gate != nil && !p.admit(b) {
+			continue
 		}
 		p.Execute(b)
 	}
@@ -192,6 +204,7 @@ func (p *Proc) Execute(b *Batch) {
 		}
 	}
 	if len(live) == 0 {
+		b.ungate()
 		p.slots <- struct{}{}
 		return
 	}
@@ -202,6 +215,7 @@ func (p *Proc) Execute(b *Batch) {
 	if p.failed {
 		p.mu.Unlock()
 		p.sendMu.Unlock()
+		b.ungate()
 		for _, pr := range live {
 			p.host.Finish(pr, nil, p.notStarted(), true)
 		}
@@ -372,6 +386,7 @@ func (p *Proc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
 		return
 	}
+	b.ungate()
 	// The execution is counted before its responses go out, so a client
 	// (or an ensemble) reading statistics after its response sees it.
 	var size int64

@@ -1,6 +1,7 @@
 package stubproc
 
 import (
+	"context"
 	"os/exec"
 	"syscall"
 	"time"
@@ -89,6 +90,11 @@ type Config struct {
 	// Confine, when set, confines each process; it may change cmd (its
 	// environment, its SysProcAttr.CgroupFD) before the start.
 	Confine func(cmd *exec.Cmd) (Confinement, error)
+	// Gate, when set, admits each execute (the rate limiter, package
+	// ratelimit): the stub's dispatcher waits for it, bounded by ctx,
+	// before it sends a batch, and release runs once that execute ends or
+	// the stub dies. Batches then reach the stub only through Dispatch.
+	Gate func(ctx context.Context) (release func(), err error)
 	// MaxRequests (MAX_REQUESTS_PER_STUB; 0: no limit): once the stub was
 	// sent this many requests it takes no more and Host.Recycle is asked.
 	MaxRequests uint64
