@@ -89,7 +89,7 @@ func (inst *instance) procConfig() stubproc.Config {
 		confine = inst.confine
 	}
 	depth, gate := sched.PipelineDepth(mv.cfg, len(mv.instances)), inst.gate()
-	if gate != nil {
+	if inst.limited.Load() != nil {
 		// The grant covers one execute: a second queued behind it in the
 		// ring would wait for the first's resources anyway.
 		depth = 1

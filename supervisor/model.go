@@ -52,7 +52,7 @@ type modelVersion struct {
 	labels map[string][]string
 
 	// queue holds batches any instance may take (sched.NewQueue).
-	queue     chan *stubproc.Batch
+	queue chan *stubproc.Batch
 	// gated: an instance waits for the rate limiter, so every batch goes
 	// through the queues to its stub's dispatcher (ratelimit.go).
 	gated     atomic.Bool

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/supervisor/ratelimit"
+	"github.com/stubvisor/stubvisor/supervisor/stubproc"
 )
 
 // The rate limiter (package ratelimit) in the request path: with
@@ -12,7 +13,8 @@ import (
 // rate_limiter is registered with the server's limiter when its version
 // starts, and its stubs send an execute only once the limiter grants its
 // resources (stubproc.Config.Gate); the grant is given back when the
-// execute ends or the stub dies. Groups without a rate_limiter are not
+// execute ends or the stub dies, or renewed in one step when the instance
+// has more work. Groups without a rate_limiter are not
 // limited, as Triton documents; with the limiter off the rate_limiter of
 // every config is ignored.
 
@@ -80,16 +82,34 @@ func (mv *modelVersion) unregisterRateLimits() {
 }
 
 // gate is the instance's stubproc.Config.Gate, nil when it is not limited.
-func (inst *instance) gate() func(ctx context.Context) (func(), error) {
+func (inst *instance) gate() stubproc.Gate {
 	reg := inst.limited.Load()
 	if reg == nil {
 		return nil
 	}
-	return func(ctx context.Context) (func(), error) {
-		g, err := reg.Acquire(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return g.Release, nil
+	return rateGate{reg}
+}
+
+// rateGate and rateGrant put a limited instance's registration behind
+// stubproc's Gate and Grant.
+type rateGate struct{ reg *ratelimit.Instance }
+
+type rateGrant struct{ g *ratelimit.Grant }
+
+func (r rateGate) Acquire(ctx context.Context) (stubproc.Grant, error) {
+	g, err := r.reg.Acquire(ctx)
+	if err != nil {
+		return nil, err
 	}
+	return rateGrant{g}, nil
+}
+
+func (r rateGrant) Release() { r.g.Release() }
+
+func (r rateGrant) Renew(ctx context.Context) (stubproc.Grant, error) {
+	g, err := r.g.Renew(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return rateGrant{g}, nil
 }

@@ -218,8 +218,48 @@ type Grant struct {
 // next waiter in priority order, and takes them; it fails with ctx's
 // error when ctx ends first (nothing is then held).
 func (inst *Instance) Acquire(ctx context.Context) (*Grant, error) {
-	l := inst.l
+	inst.l.mu.Lock()
+	return inst.await(ctx)
+}
+
+// Release gives the grant's resources back and counts the execution in
+// the instance's scaled priority. It is idempotent.
+func (g *Grant) Release() {
+	l := g.inst.l
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g.give() {
+		l.grant()
+	}
+}
+
+// Renew is Release and Acquire in one step: the instance, which has more
+// work, waits for its next grant among the waiters of this moment, so the
+// resources it gives back go to whoever is first in priority order, this
+// instance included (Triton stages such an instance again before it picks
+// the next). On error nothing is held.
+func (g *Grant) Renew(ctx context.Context) (*Grant, error) {
+	g.inst.l.mu.Lock()
+	g.give()
+	return g.inst.await(ctx)
+}
+
+// give returns the grant's resources once and counts the execution;
+// false when it was given back before. Called with mu held.
+func (g *Grant) give() bool {
+	if g.released {
+		return false
+	}
+	g.released = true
+	g.inst.execs++
+	g.inst.l.free(g.inst)
+	return true
+}
+
+// await queues a waiter for inst and waits for its grant or ctx's end.
+// Called with mu held; it unlocks it.
+func (inst *Instance) await(ctx context.Context) (*Grant, error) {
+	l := inst.l
 	l.seq++
 	w := &waiter{inst: inst, seq: l.seq, since: time.Now(), ready: make(chan struct{})}
 	l.waiting = append(l.waiting, w)
@@ -246,21 +286,6 @@ func (inst *Instance) Acquire(ctx context.Context) (*Grant, error) {
 	}
 	l.grant() // w may have held back those behind it
 	return nil, ctx.Err()
-}
-
-// Release gives the grant's resources back and counts the execution in
-// the instance's scaled priority. It is idempotent.
-func (g *Grant) Release() {
-	l := g.inst.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if g.released {
-		return
-	}
-	g.released = true
-	g.inst.execs++
-	l.free(g.inst)
-	l.grant()
 }
 
 // free returns inst's resources to their pools. Called with mu held.

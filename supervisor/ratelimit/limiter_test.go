@@ -222,7 +222,9 @@ func TestTwoCopiesServeTwo(t *testing.T) {
 
 // TestPriorityOrder: with both always waiting, priority 1 gets two turns
 // for each of priority 2's, in a fixed order (scaled priority =
-// executions × priority; ties go to the earlier waiter).
+// executions × priority; ties go to the earlier waiter). The one that
+// runs renews its grant (it has more work), as a stub's dispatcher does:
+// it gives it back and waits again in one step.
 func TestPriorityOrder(t *testing.T) {
 	l := New(nil)
 	hold := mustRegister(t, l, "H", 0, []Resource{{Name: "G", Count: 1, Global: true}}, 1)
@@ -233,9 +235,9 @@ func TestPriorityOrder(t *testing.T) {
 	waitWaiters(t, l, 1)
 	pending[b] = acquireAsync(context.Background(), b)
 	waitWaiters(t, l, 2)
+	g.Release()
 	var order strings.Builder
 	for range 13 {
-		g.Release()
 		// Exactly one of them is granted; the other still waits.
 		var who *Instance
 		select {
@@ -244,15 +246,37 @@ func TestPriorityOrder(t *testing.T) {
 		case g = <-pending[b]:
 			who = b
 		case <-time.After(5 * time.Second):
-			t.Fatal("no grant after a release")
+			t.Fatal("no grant")
 		}
 		order.WriteString(who.name)
-		// It asks again before it releases: both always wait.
-		pending[who] = acquireAsync(context.Background(), who)
-		waitWaiters(t, l, 2)
+		c := make(chan *Grant, 1)
+		go func(g *Grant) {
+			ng, _ := g.Renew(context.Background())
+			c <- ng
+		}(g)
+		pending[who] = c
 	}
 	if got, want := order.String(), "ABABAABAABAAB"; got != want {
 		t.Errorf("order %s, want %s", got, want)
+	}
+}
+
+// TestRenewCancelled: a renew whose context has ended gives the grant
+// back and holds nothing.
+func TestRenewCancelled(t *testing.T) {
+	l := New(nil)
+	a := mustRegister(t, l, "A", 0, []Resource{{Name: "R", Count: 1}}, 1)
+	b := mustRegister(t, l, "B", 0, []Resource{{Name: "R", Count: 1}}, 1)
+	g, _ := a.Acquire(context.Background())
+	got := acquireAsync(context.Background(), b)
+	waitWaiters(t, l, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if ng, err := g.Renew(ctx); ng != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("renew: %v %v, want context.Canceled", ng, err)
+	}
+	if <-got == nil {
+		t.Fatal("B got no grant once A gave its back")
 	}
 }
 

@@ -76,14 +76,10 @@ func (p *Proc) failAll() {
 			}
 		}
 	}
-	gone := p.batches
 	p.requests = map[uint64]*Request{}
 	p.batches = map[uint64]*Batch{}
 	p.failed = true
 	p.mu.Unlock()
-	for _, b := range gone {
-		b.ungate()
-	}
 	died, notRun := p.failure(), p.notStarted()
 	for _, r := range reqs {
 		if unstarted[r] {
@@ -134,6 +130,10 @@ func (p *Proc) TakeSlot() bool {
 
 // Dispatch feeds the stub from the model's queues while it lives.
 func (p *Proc) Dispatch() {
+	if p.cfg.Gate != nil {
+		p.gatedDispatch()
+		return
+	}
 	for {
 		select {
 		case <-p.slots:
@@ -150,9 +150,6 @@ func (p *Proc) Dispatch() {
 			return
 		case <-p.retired:
 			return
-		}
-		if p.cfg.Gate != nil && !p.admit(b) {
-			continue
 		}
 		p.Execute(b)
 	}
@@ -204,7 +201,6 @@ func (p *Proc) Execute(b *Batch) {
 		}
 	}
 	if len(live) == 0 {
-		b.ungate()
 		p.slots <- struct{}{}
 		return
 	}
@@ -215,7 +211,6 @@ func (p *Proc) Execute(b *Batch) {
 	if p.failed {
 		p.mu.Unlock()
 		p.sendMu.Unlock()
-		b.ungate()
 		for _, pr := range live {
 			p.host.Finish(pr, nil, p.notStarted(), true)
 		}
@@ -386,7 +381,6 @@ func (p *Proc) executeDone(m *ipc.ExecuteDoneMsg) {
 		p.log.Warn("ExecuteDone for an unknown batch", "batch", m.BatchID)
 		return
 	}
-	b.ungate()
 	// The execution is counted before its responses go out, so a client
 	// (or an ensemble) reading statistics after its response sees it.
 	var size int64
@@ -579,7 +573,7 @@ func inputBytes(in *backendapi.InputTensor) ([]byte, error) {
 // Retire makes the stub take no more work: Dispatch ends and TakeSlot
 // refuses, while what it was sent runs to its end (the instance replaces
 // it, then stops it). It is idempotent.
-func (p *Proc) Retire() { p.retireOnce.Do(func() { close(p.retired) }) }
+func (p *Proc) Retire() { p.retireOnce.Do(func() { close(p.retired); p.endServing() }) }
 
 // Retired reports whether Retire was called.
 func (p *Proc) Retired() bool {

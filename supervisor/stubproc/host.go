@@ -90,12 +90,29 @@ type Config struct {
 	// Confine, when set, confines each process; it may change cmd (its
 	// environment, its SysProcAttr.CgroupFD) before the start.
 	Confine func(cmd *exec.Cmd) (Confinement, error)
-	// Gate, when set, admits each execute (the rate limiter, package
-	// ratelimit): the stub's dispatcher waits for it, bounded by ctx,
-	// before it sends a batch, and release runs once that execute ends or
-	// the stub dies. Batches then reach the stub only through Dispatch.
-	Gate func(ctx context.Context) (release func(), err error)
+	// Gate, when set, admits each execute (the rate limiter): the stub
+	// then takes one execute at a time, only through Dispatch, which
+	// holds the grant until that execute ends or the stub dies (gate.go).
+	Gate Gate
 	// MaxRequests (MAX_REQUESTS_PER_STUB; 0: no limit): once the stub was
 	// sent this many requests it takes no more and Host.Recycle is asked.
 	MaxRequests uint64
+}
+
+// Gate admits executes: the rate limiter (package ratelimit, through the
+// supervisor).
+type Gate interface {
+	// Acquire waits, bounded by ctx, for the grant of one execute.
+	Acquire(ctx context.Context) (Grant, error)
+}
+
+// Grant is what one execute holds while it runs.
+type Grant interface {
+	// Release gives it back once the execute ended (idempotent).
+	Release()
+	// Renew gives it back and asks for the next in one step, bounded by
+	// ctx: an instance with more work competes for its next execute with
+	// those waiting now, as Triton stages such an instance again before
+	// it picks the next. On error nothing is held.
+	Renew(ctx context.Context) (Grant, error)
 }

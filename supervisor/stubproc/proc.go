@@ -51,9 +51,10 @@ type Proc struct {
 	// as its Initialize answer said; set before the process serves.
 	readyFn bool
 	exited  chan struct{} // closed once the process is reaped and the region marked dead
-	// life ends with exited (endLife): a wait for the gate ends with it.
-	life    context.Context
-	endLife context.CancelFunc
+	// serving ends when the stub takes no more work (exited or retired;
+	// endServing): a wait for the gate ends with it.
+	serving    context.Context
+	endServing context.CancelFunc
 	// released is closed once the region is unmapped and its fd closed.
 	released chan struct{}
 	cause    string // why it exited; set before exited is closed
@@ -160,7 +161,7 @@ func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
 		slots: make(chan struct{}, cfg.PipelineDepth), lead: make(chan struct{}, 1),
 		batches: map[uint64]*Batch{}, requests: map[uint64]*Request{}, calls: map[uint64]*callReply{},
 	}
-	p.life, p.endLife = context.WithCancel(context.Background())
+	p.serving, p.endServing = context.WithCancel(context.Background())
 	for range cfg.PipelineDepth {
 		p.slots <- struct{}{}
 	}
@@ -251,7 +252,7 @@ func (p *Proc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 	p.conn.MarkDead()
 	p.shm.closeLifeline(p)
 	close(p.exited)
-	p.endLife()
+	p.endServing()
 	// The last lines the stub wrote (a traceback) are logged before its
 	// requests fail, unless something it started keeps the pipes open.
 	piped := make(chan struct{})

@@ -369,8 +369,6 @@ type Batch struct {
 
 	id   uint64
 	sent time.Time
-	// release gives back the rate limiter's grant (Config.Gate; gate.go).
-	release func()
 	// msg and msgReqs are where execute builds the Execute message of a
 	// one-request batch, so that sending it allocates nothing.
 	msg     ipc.ExecuteMsg
