@@ -346,6 +346,12 @@ type StubStatus struct {
 	MemoryLimit string `json:"memory_limit,omitempty"`
 	// LoadSteps is how long the current stub's load took, step by step.
 	LoadSteps *LoadSteps `json:"load_steps,omitempty"`
+	// RateLimitWaiting: an execute of the instance waits for the rate
+	// limiter's resources now; RateLimitWaitS is how long its executes
+	// waited for them in all. Both are absent for an instance the rate
+	// limiter does not limit.
+	RateLimitWaiting bool    `json:"rate_limit_waiting,omitempty"`
+	RateLimitWaitS   float64 `json:"rate_limit_wait_s,omitempty"`
 }
 
 // LoadSteps times the steps of loading a model into a stub, in seconds:

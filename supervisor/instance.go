@@ -351,6 +351,10 @@ func (inst *instance) status() backendapi.StubStatus {
 	beat := inst.lastBeat
 	inst.mu.Unlock()
 	st.MemoryLimit = inst.memoryLimitText()
+	if reg := inst.limited.Load(); reg != nil {
+		waited, _ := reg.Waited()
+		st.RateLimitWaiting, st.RateLimitWaitS = reg.Waiting(), waited.Seconds()
+	}
 	if p == nil {
 		return st
 	}

@@ -362,6 +362,18 @@ func (inst *Instance) Waited() (time.Duration, uint64) {
 	return inst.waited, inst.waits
 }
 
+// Waiting reports whether an Acquire or Renew of the instance waits now.
+func (inst *Instance) Waiting() bool {
+	inst.l.mu.Lock()
+	defer inst.l.mu.Unlock()
+	for _, w := range inst.l.waiting {
+		if w.inst == inst {
+			return true
+		}
+	}
+	return false
+}
+
 // Limits lists every pool's count, for the log: "name" for a global
 // resource, "name@device" for a device's.
 func (l *Limiter) Limits() map[string]uint64 {

@@ -1,0 +1,314 @@
+package main
+
+// The rate limiter end to end: testdata/models/rl_hold, rl_high and
+// rl_low all need the one copy of the global resource R (rl_high with
+// priority 1, rl_low with priority 2), and each execute records its
+// interval in the repository's rl_log.txt. rl_hold's execute waits for
+// the test to close a FIFO, so the test decides when R comes free.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
+	"github.com/stubvisor/stubvisor/ipc/ipctest"
+)
+
+// rlRepo copies the rate limiter's models (and identity_fp32, which no
+// limit applies to) and makes rl_hold's FIFO.
+func rlRepo(t *testing.T) string {
+	t.Helper()
+	repo := copyRepo(t, "rl_hold", "rl_high", "rl_low", "identity_fp32")
+	if err := syscall.Mkfifo(filepath.Join(repo, "rl_gate.fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+// rlRequest is one request of X = x to model (id names it).
+func rlRequest(model, id string, x int32) *pb.ModelInferRequest {
+	return &pb.ModelInferRequest{ModelName: model, Id: id,
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "X", Datatype: "INT32", Shape: []int64{1}}},
+		RawInputContents: [][]byte{ipctest.INT32(x)}}
+}
+
+// holdR sends rl_hold a request and returns once its execute runs (it
+// opened the FIFO): from then on it holds R, until release closes the
+// FIFO; done then yields the request's error.
+func holdR(t *testing.T, s *server, repo string) (release func(), done <-chan error) {
+	t.Helper()
+	_, c := grpcClient(t, s)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.ModelInfer(callCtx(t), rlRequest("rl_hold", "hold", 0))
+		errc <- err
+	}()
+	fifo := filepath.Join(repo, "rl_gate.fifo")
+	opened := make(chan *os.File, 1)
+	go func() {
+		// Opening the write end blocks until rl_hold's execute opens the
+		// read end: the event that says it runs.
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			f = nil
+		}
+		opened <- f
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case err := <-errc:
+		t.Fatalf("rl_hold answered before it read its FIFO: %v", err)
+	case <-time.After(60 * time.Second):
+		// Unblock the opener (a reader of our own), then give up.
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			defer r.Close()
+		}
+		if f := <-opened; f != nil {
+			f.Close()
+		}
+		t.Fatal("rl_hold's execute did not start within 60s")
+	}
+	if w == nil {
+		t.Fatal("open rl_gate.fifo failed")
+	}
+	closed := false
+	release = func() {
+		if !closed {
+			closed = true
+			w.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release, errc
+}
+
+// rlRecord is one execute as a model recorded it.
+type rlRecord struct {
+	model      string
+	start, end int64
+}
+
+// rlLog reads rl_log.txt, ordered by start.
+func rlLog(t *testing.T, repo string) []rlRecord {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repo, "rl_log.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var recs []rlRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r rlRecord
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 3 {
+			t.Fatalf("rl_log.txt line %q", sc.Text())
+		}
+		r.model = fields[0]
+		r.start, _ = strconv.ParseInt(fields[1], 10, 64)
+		r.end, _ = strconv.ParseInt(fields[2], 10, 64)
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].start < recs[j].start })
+	return recs
+}
+
+// rlWaiting reports whether model's instance waits for the rate limiter
+// (/v2/models/<model>/stubs).
+func rlWaiting(t *testing.T, s *server, model string) bool {
+	var ms []struct {
+		Stubs []struct {
+			Waiting bool    `json:"rate_limit_waiting"`
+			WaitS   float64 `json:"rate_limit_wait_s"`
+		} `json:"stubs"`
+	}
+	s.getJSON("/v2/models/"+model+"/stubs", &ms)
+	return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].Waiting
+}
+
+// TestRateLimiter: with --rate-limit=execution_count, executes that need
+// R never overlap across models, and while rl_high and rl_low both wait,
+// rl_high (priority 1) gets two turns for each of rl_low's (priority 2),
+// in the order Triton's scaled priority gives.
+func TestRateLimiter(t *testing.T) {
+	ipctest.RequirePython(t)
+	repo := rlRepo(t)
+	s := startServer(t, repo, "--rate-limit=execution_count")
+	release, holdDone := holdR(t, s, repo)
+
+	// On one stream each request is queued before the next is read, so
+	// the marker's answer (identity_fp32 needs nothing) says every
+	// request before it waits in the server.
+	_, c := grpcClient(t, s)
+	st, err := c.ModelStreamInfer(callCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	for i := range n {
+		for _, m := range []string{"rl_high", "rl_low"} {
+			if err := st.Send(rlRequest(m, m+"/"+strconv.Itoa(i), int32(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := st.Send(&pb.ModelInferRequest{ModelName: "identity_fp32", Id: "marker",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{1}}},
+		RawInputContents: [][]byte{ipctest.FP32(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Recv()
+	if err != nil || m.ErrorMessage != "" || m.InferResponse.GetId() != "marker" {
+		t.Fatalf("first answer %v %v, want the marker's: nothing that needs R runs while rl_hold holds it", m, err)
+	}
+	waitFor(t, 30*time.Second, "rl_high and rl_low waiting for R", func() bool {
+		return rlWaiting(t, s, "rl_high") && rlWaiting(t, s, "rl_low")
+	})
+
+	release()
+	if err := <-holdDone; err != nil {
+		t.Fatalf("rl_hold: %v", err)
+	}
+	_ = st.CloseSend()
+	got := map[string]int{}
+	recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
+		if m.ErrorMessage != "" {
+			t.Fatalf("stream error: %s", m.ErrorMessage)
+		}
+		_, y := outputByName(t, m.InferResponse, "Y")
+		id := m.InferResponse.GetId()
+		if _, want, _ := strings.Cut(id, "/"); strconv.Itoa(int(binary.LittleEndian.Uint32(y))) != want {
+			t.Errorf("%s answered Y %v", id, y)
+		}
+		got[m.InferResponse.GetModelName()]++
+		return true
+	})
+	if got["rl_high"] != n || got["rl_low"] != n {
+		t.Fatalf("answers %v, want %d of each", got, n)
+	}
+
+	recs := rlLog(t, repo)
+	if len(recs) != 2*n+1 || recs[0].model != "rl_hold" {
+		t.Fatalf("recorded %d executes (first %+v), want rl_hold's then %d", len(recs), recs[0], 2*n)
+	}
+	for i := 1; i < len(recs); i++ {
+		if recs[i].start < recs[i-1].end {
+			t.Errorf("%s started at %d, before %s ended at %d: two executes held R at once", recs[i].model, recs[i].start, recs[i-1].model, recs[i-1].end)
+		}
+	}
+	// Scaled priority is executions × priority, ties to the earlier
+	// waiter; which of the two came first to the limiter is a race.
+	var order strings.Builder
+	for _, r := range recs[1:10] {
+		order.WriteByte(strings.ToUpper(strings.TrimPrefix(r.model, "rl_"))[0])
+	}
+	if o := order.String(); o != "HLHLHHLHH" && o != "LHHLHHLHH" {
+		t.Errorf("first nine turns %s, want HLHLHHLHH or LHHLHHLHH (rl_high twice for each of rl_low's)", o)
+	}
+	t.Logf("turns: %s", order.String())
+}
+
+// TestRateLimiterOff: without --rate-limit (off, Triton's default) the
+// rate_limiter of every config, and --rate-limit-resource, have no
+// effect: rl_high and rl_low run while rl_hold holds R.
+func TestRateLimiterOff(t *testing.T) {
+	ipctest.RequirePython(t)
+	repo := rlRepo(t)
+	s := startServer(t, repo, "--rate-limit=off", "--rate-limit-resource=R:0")
+	release, holdDone := holdR(t, s, repo)
+	_, c := grpcClient(t, s)
+	for _, m := range []string{"rl_high", "rl_low"} {
+		if _, err := c.ModelInfer(callCtx(t), rlRequest(m, m, 1)); err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+	}
+	release()
+	if err := <-holdDone; err != nil {
+		t.Fatalf("rl_hold: %v", err)
+	}
+	recs := rlLog(t, repo)
+	if len(recs) != 3 || recs[0].model != "rl_hold" {
+		t.Fatalf("records %+v, want rl_hold's first", recs)
+	}
+	for _, r := range recs[1:] {
+		if r.end > recs[0].end {
+			t.Errorf("%s ran [%d, %d], not within rl_hold's [%d, %d]", r.model, r.start, r.end, recs[0].start, recs[0].end)
+		}
+	}
+	if !strings.Contains(s.Log(), "--rate-limit-resource has no effect while --rate-limit is off") {
+		t.Error("the log does not say that --rate-limit-resource has no effect")
+	}
+}
+
+// TestRateLimiterRefusals: a model whose resources cannot be had does not
+// load, with Triton's texts.
+func TestRateLimiterRefusals(t *testing.T) {
+	ipctest.RequirePython(t)
+	repo := rlRepo(t)
+	for name, edit := range map[string][2]string{
+		"rl_device": {"global: true", "global: false"},
+		"rl_big":    {"count: 1", "count: 2"},
+	} {
+		if err := os.CopyFS(filepath.Join(repo, name), os.DirFS(filepath.Join(repo, "rl_low"))); err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(repo, name, "config.pbtxt")
+		b, err := os.ReadFile(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Replace(strings.Replace(string(b), `"rl_low"`, `"`+name+`"`, 1), edit[0], edit[1], 1)
+		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, repo, "--rate-limit=execution_count", "--rate-limit-resource=R:1",
+		"--model-control-mode=explicit", "--load-model=rl_high")
+	for _, tc := range []struct{ model, want string }{
+		{"rl_device", `failed to load 'rl_device': Resource "R" is present as both global and device-specific resource in the model configuration.`},
+		{"rl_big", `failed to load 'rl_big': Resource count for "R" is limited to 1 which will prevent scheduling of one or more model instances, the minimum required count is 2`},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			code, body := s.postJSON("/v2/repository/models/"+tc.model+"/load", map[string]any{})
+			if code != 400 || httpErrorText(t, body) != tc.want {
+				t.Errorf("load: %d %s, want 400 %q", code, body, tc.want)
+			}
+		})
+	}
+	// rl_high still serves, alone with R.
+	_, c := grpcClient(t, s)
+	if _, err := c.ModelInfer(callCtx(t), rlRequest("rl_high", "after", 1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRateLimitFlags: bad values end the server with tritonserver's texts.
+func TestRateLimitFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate-limit=fast"}, "invalid argument for --rate-limit"},
+		{[]string{"--rate-limit-resource=R1"}, "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R1"},
+		{[]string{"--rate-limit-resource=R1:2:0:1"}, "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or '<resource_name>:<count>'. Got R1:2:0:1"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := exec.Command(binPath, append([]string{"--model-repository", t.TempDir()}, tc.args...)...).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+				t.Errorf("got %v:\n%s\nwant exit 2 with %q", err, out, tc.want)
+			}
+		})
+	}
+}
