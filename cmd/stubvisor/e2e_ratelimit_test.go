@@ -8,6 +8,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -19,6 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
@@ -124,17 +128,28 @@ func rlLog(t *testing.T, repo string) []rlRecord {
 	return recs
 }
 
-// rlWaiting reports whether model's instance waits for the rate limiter
-// (/v2/models/<model>/stubs).
-func rlWaiting(t *testing.T, s *server, model string) bool {
+// rlStub is model's one stub as /v2/models/<model>/stubs shows it.
+type rlStub struct {
+	PID     int     `json:"pid"`
+	Waiting bool    `json:"rate_limit_waiting"`
+	WaitS   float64 `json:"rate_limit_wait_s"`
+}
+
+func rlStubOf(t *testing.T, s *server, model string) rlStub {
+	t.Helper()
 	var ms []struct {
-		Stubs []struct {
-			Waiting bool    `json:"rate_limit_waiting"`
-			WaitS   float64 `json:"rate_limit_wait_s"`
-		} `json:"stubs"`
+		Stubs []rlStub `json:"stubs"`
 	}
 	s.getJSON("/v2/models/"+model+"/stubs", &ms)
-	return len(ms) == 1 && len(ms[0].Stubs) == 1 && ms[0].Stubs[0].Waiting
+	if len(ms) != 1 || len(ms[0].Stubs) != 1 {
+		t.Fatalf("%s: stubs %+v", model, ms)
+	}
+	return ms[0].Stubs[0]
+}
+
+// rlWaiting reports whether model's instance waits for the rate limiter.
+func rlWaiting(t *testing.T, s *server, model string) bool {
+	return rlStubOf(t, s, model).Waiting
 }
 
 // TestRateLimiter: with --rate-limit=execution_count, executes that need
@@ -219,10 +234,53 @@ func TestRateLimiter(t *testing.T) {
 	t.Logf("turns: %s", order.String())
 }
 
+// TestRateLimiterCancelAndDeath: a request whose deadline passes while it
+// waits for R fails and leaves the queue; a stub killed while it holds R
+// gives it back, and the next waiter runs.
+func TestRateLimiterCancelAndDeath(t *testing.T) {
+	ipctest.RequirePython(t)
+	repo := rlRepo(t)
+	s := startServer(t, repo, "--rate-limit=execution_count")
+	_, holdDone := holdR(t, s, repo)
+	_, c := grpcClient(t, s)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.ModelInfer(ctx, rlRequest("rl_low", "late", 1))
+	if code := status.Code(err); code != codes.DeadlineExceeded && code != codes.Canceled {
+		t.Fatalf("rl_low while R is held: %v, want its deadline to end it", err)
+	}
+	waitFor(t, 10*time.Second, "rl_low to stop waiting", func() bool { return !rlWaiting(t, s, "rl_low") })
+	if st := rlStubOf(t, s, "rl_low"); st.WaitS <= 0 {
+		t.Errorf("rl_low's stub shows rate_limit_wait_s %v, want its wait", st.WaitS)
+	}
+
+	highDone := make(chan error, 1)
+	go func() {
+		_, err := c.ModelInfer(callCtx(t), rlRequest("rl_high", "next", 2))
+		highDone <- err
+	}()
+	waitFor(t, 10*time.Second, "rl_high waiting for R", func() bool { return rlWaiting(t, s, "rl_high") })
+	if err := syscall.Kill(rlStubOf(t, s, "rl_hold").PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-holdDone; status.Code(err) != codes.Unavailable {
+		t.Errorf("rl_hold after its stub was killed: %v, want Unavailable", err)
+	}
+	if err := <-highDone; err != nil {
+		t.Fatalf("rl_high after rl_hold's stub died holding R: %v", err)
+	}
+	recs := rlLog(t, repo)
+	if len(recs) != 1 || recs[0].model != "rl_high" {
+		t.Errorf("records %+v, want rl_high's execute alone", recs)
+	}
+}
+
 // TestRateLimiterOff: without --rate-limit (off, Triton's default) the
 // rate_limiter of every config, and --rate-limit-resource, have no
 // effect: rl_high and rl_low run while rl_hold holds R.
 func TestRateLimiterOff(t *testing.T) {
+	slow(t)
 	ipctest.RequirePython(t)
 	repo := rlRepo(t)
 	s := startServer(t, repo, "--rate-limit=off", "--rate-limit-resource=R:0")
