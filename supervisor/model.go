@@ -146,6 +146,7 @@ func (s *Supervisor) newModelVersion(cfg *inferencepb.ModelConfig, dir string, v
 // then stops the others.
 func (mv *modelVersion) start() error {
 	if err := mv.registerRateLimits(); err != nil {
+		mv.scheduler.Stop() // nothing else was started
 		return err
 	}
 	errs := make([]error, len(mv.instances))
