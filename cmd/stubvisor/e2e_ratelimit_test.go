@@ -107,6 +107,9 @@ type rlRecord struct {
 func rlLog(t *testing.T, repo string) []rlRecord {
 	t.Helper()
 	f, err := os.Open(filepath.Join(repo, "rl_log.txt"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // nothing executed yet
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,13 +156,22 @@ func rlWaiting(t *testing.T, s *server, model string) bool {
 }
 
 // TestRateLimiter: with --rate-limit=execution_count, executes that need
-// R never overlap across models, and while rl_high and rl_low both wait,
+// R never overlap across models; while rl_high and rl_low both wait,
 // rl_high (priority 1) gets two turns for each of rl_low's (priority 2),
-// in the order Triton's scaled priority gives.
+// in the order Triton's scaled priority gives; a request whose deadline
+// passes while it waits fails and leaves the queue; and a stub killed
+// while it holds R gives it back, so the next waiter runs.
 func TestRateLimiter(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := rlRepo(t)
 	s := startServer(t, repo, "--rate-limit=execution_count")
+	t.Run("turns in priority order, one at a time", func(t *testing.T) { rlTurns(t, s, repo) })
+	t.Run("a deadline ends a wait, a dead stub gives R back", func(t *testing.T) { rlCancelAndDeath(t, s, repo) })
+}
+
+// rlTurns: rl_hold holds R while n requests each for rl_high and rl_low
+// queue up; then R comes free and the records show the turns.
+func rlTurns(t *testing.T, s *server, repo string) {
 	release, holdDone := holdR(t, s, repo)
 
 	// On one stream each request is queued before the next is read, so
@@ -215,7 +227,7 @@ func TestRateLimiter(t *testing.T) {
 
 	recs := rlLog(t, repo)
 	if len(recs) != 2*n+1 || recs[0].model != "rl_hold" {
-		t.Fatalf("recorded %d executes (first %+v), want rl_hold's then %d", len(recs), recs[0], 2*n)
+		t.Fatalf("recorded %+v, want rl_hold's execute then %d", recs, 2*n)
 	}
 	for i := 1; i < len(recs); i++ {
 		if recs[i].start < recs[i-1].end {
@@ -234,13 +246,11 @@ func TestRateLimiter(t *testing.T) {
 	t.Logf("turns: %s", order.String())
 }
 
-// TestRateLimiterCancelAndDeath: a request whose deadline passes while it
-// waits for R fails and leaves the queue; a stub killed while it holds R
-// gives it back, and the next waiter runs.
-func TestRateLimiterCancelAndDeath(t *testing.T) {
-	ipctest.RequirePython(t)
-	repo := rlRepo(t)
-	s := startServer(t, repo, "--rate-limit=execution_count")
+// rlCancelAndDeath: while rl_hold holds R, a request for rl_low with a
+// short deadline fails and leaves the queue; then rl_hold's stub is killed
+// and rl_high, waiting, runs.
+func rlCancelAndDeath(t *testing.T, s *server, repo string) {
+	before, waitedBefore := len(rlLog(t, repo)), rlStubOf(t, s, "rl_low").WaitS
 	_, holdDone := holdR(t, s, repo)
 	_, c := grpcClient(t, s)
 
@@ -251,8 +261,8 @@ func TestRateLimiterCancelAndDeath(t *testing.T) {
 		t.Fatalf("rl_low while R is held: %v, want its deadline to end it", err)
 	}
 	waitFor(t, 10*time.Second, "rl_low to stop waiting", func() bool { return !rlWaiting(t, s, "rl_low") })
-	if st := rlStubOf(t, s, "rl_low"); st.WaitS <= 0 {
-		t.Errorf("rl_low's stub shows rate_limit_wait_s %v, want its wait", st.WaitS)
+	if st := rlStubOf(t, s, "rl_low"); st.WaitS <= waitedBefore {
+		t.Errorf("rl_low's stub shows rate_limit_wait_s %v (%v before), want its wait added", st.WaitS, waitedBefore)
 	}
 
 	highDone := make(chan error, 1)
@@ -270,13 +280,12 @@ func TestRateLimiterCancelAndDeath(t *testing.T) {
 	if err := <-highDone; err != nil {
 		t.Fatalf("rl_high after rl_hold's stub died holding R: %v", err)
 	}
-	recs := rlLog(t, repo)
-	if len(recs) != 1 || recs[0].model != "rl_high" {
-		t.Errorf("records %+v, want rl_high's execute alone", recs)
+	if recs := rlLog(t, repo)[before:]; len(recs) != 1 || recs[0].model != "rl_high" {
+		t.Errorf("new records %+v, want rl_high's execute alone", recs)
 	}
 }
 
-// TestRateLimiterOff: without --rate-limit (off, Triton's default) the
+// TestRateLimiterOff: with --rate-limit=off (Triton's default) the
 // rate_limiter of every config, and --rate-limit-resource, have no
 // effect: rl_high and rl_low run while rl_hold holds R.
 func TestRateLimiterOff(t *testing.T) {
