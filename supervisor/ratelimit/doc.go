@@ -20,10 +20,11 @@
 // number of executions it has finished times its group's priority (0
 // counts as 1), so an instance of priority 1 gets about twice the turns of
 // one of priority 2 while both wait. Waiters are served strictly in that
-// order (ties: the one that waited first), so a waiter whose resources
-// are busy holds back those behind it, as Triton's staging queue does;
-// the order makes the limiter deterministic for a given sequence of
-// arrivals.
+// order, so a waiter whose resources are busy holds back those behind it,
+// as Triton's staging queue does. Ties go to the lower priority value,
+// then to the one that waited first (Triton leaves ties to its heap), so
+// the order does not depend on which of two tied instances reached the
+// limiter first.
 //
 // Every wait is bounded by the caller's context; a grant is released
 // exactly once, whatever ends the execution (its end, or the death of

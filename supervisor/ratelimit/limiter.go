@@ -317,16 +317,28 @@ func (l *Limiter) grant() {
 }
 
 // next is the waiter to serve first: the lowest scaled priority
-// (executions times priority), then the earliest. Called with mu held.
+// (executions times priority), then the lower priority value, then the
+// earliest. Called with mu held.
 func (l *Limiter) next() *waiter {
 	best := l.waiting[0]
 	for _, w := range l.waiting[1:] {
-		a, b := w.inst.execs*w.inst.priority, best.inst.execs*best.inst.priority
-		if a < b || a == b && w.seq < best.seq {
+		if w.before(best) {
 			best = w
 		}
 	}
 	return best
+}
+
+// before reports whether w goes before o.
+func (w *waiter) before(o *waiter) bool {
+	a, b := w.inst.execs*w.inst.priority, o.inst.execs*o.inst.priority
+	switch {
+	case a != b:
+		return a < b
+	case w.inst.priority != o.inst.priority:
+		return w.inst.priority < o.inst.priority
+	}
+	return w.seq < o.seq
 }
 
 // fits reports whether every pool inst needs has room for it; an

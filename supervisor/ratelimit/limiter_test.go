@@ -222,7 +222,8 @@ func TestTwoCopiesServeTwo(t *testing.T) {
 
 // TestPriorityOrder: with both always waiting, priority 1 gets two turns
 // for each of priority 2's, in a fixed order (scaled priority =
-// executions × priority; ties go to the earlier waiter). The one that
+// executions × priority; ties go to the lower priority value). B waits
+// first, and still A goes first. The one that
 // runs renews its grant (it has more work), as a stub's dispatcher does:
 // it gives it back and waits again in one step.
 func TestPriorityOrder(t *testing.T) {
@@ -231,9 +232,9 @@ func TestPriorityOrder(t *testing.T) {
 	a := mustRegister(t, l, "A", 0, []Resource{{Name: "G", Count: 1, Global: true}}, 1)
 	b := mustRegister(t, l, "B", 1, []Resource{{Name: "G", Count: 1, Global: true}}, 2)
 	g, _ := hold.Acquire(context.Background())
-	pending := map[*Instance]chan *Grant{a: acquireAsync(context.Background(), a)}
+	pending := map[*Instance]chan *Grant{b: acquireAsync(context.Background(), b)}
 	waitWaiters(t, l, 1)
-	pending[b] = acquireAsync(context.Background(), b)
+	pending[a] = acquireAsync(context.Background(), a)
 	waitWaiters(t, l, 2)
 	g.Release()
 	var order strings.Builder
@@ -256,7 +257,7 @@ func TestPriorityOrder(t *testing.T) {
 		}(g)
 		pending[who] = c
 	}
-	if got, want := order.String(), "ABABAABAABAAB"; got != want {
+	if got, want := order.String(), "ABAABAABAABAA"; got != want {
 		t.Errorf("order %s, want %s", got, want)
 	}
 }
