@@ -16,7 +16,7 @@
 //	exchange.go     the request table: Call, Execute, executeDone, deliver, releases
 //	reader.go       the ring reader: read, readFor, drain, handle
 //	request.go      Request: one request until its final response; Batch
-//	gate.go         Config.Gate (the rate limiter): a batch admitted before it is sent, its grant given back
+//	gate.go         Config.Gate (the rate limiter): the dispatcher that waits for a grant before each execute
 //	response.go     a stub's response turned into the front end's
 //	classify.go     the classification extension (labels, top-k)
 //	bls.go          the stub's side of BLS and of the model loading API
@@ -72,6 +72,6 @@
 //     lock (clientshm.Registry.mu, a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
-// > clientshm.Registry.mu (ensureMapped). Host.Finish and Config.Gate
-// (and the release it returns) are called with none of these held.
+// > clientshm.Registry.mu (ensureMapped). Host.Finish, Config.Gate and
+// its Grants are called with none of these held.
 package stubproc
