@@ -65,11 +65,11 @@ test-go:
 	$(GO) test -count=1 -timeout 20m ./...
 
 # The concurrent core and the front ends once more under the race
-# detector, and the end-to-end case of clients cancelling mid-request
-# against a binary built with it.
+# detector, and the end-to-end cases of clients cancelling mid-request and
+# of the rate limiter against a binary built with it.
 test-race:
 	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
-	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels' ./cmd/stubvisor/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python
