@@ -60,6 +60,9 @@
 //     replacement and hands it to supervise; retire, one per replaced
 //     stub, lets it finish what it was sent and finalizes it. Both are
 //     counted in instance.bg, which stop waits for after supervise.
+//   - instance (ratelimit.go): one watcher per warmup execute waiting
+//     for the rate limiter, which ends the wait when the stub exits or
+//     the instance stops; it ends with the wait.
 //   - userReadiness: run, one IsReady call at a time per instance (ends
 //     when the stub answers or dies; callers stop waiting after
 //     readyCheckTimeout).

@@ -14,7 +14,7 @@ import (
 // starts, and its stubs send an execute only once the limiter grants its
 // resources (stubproc.Config.Gate); the grant is given back when the
 // execute ends or the stub dies, or renewed in one step when the instance
-// has more work. Groups without a rate_limiter are not
+// has more work. Warmup executes wait for a grant too. Groups without a rate_limiter are not
 // limited, as Triton documents; with the limiter off the rate_limiter of
 // every config is ignored.
 
@@ -88,6 +88,32 @@ func (inst *instance) gate() stubproc.Gate {
 		return nil
 	}
 	return rateGate{reg}
+}
+
+// warmupGrant waits, for a limited instance, for the grant of one warmup
+// execute, as Triton sends warmup through its rate limiter too (a model's
+// warmup is when its memory use peaks), bounded by ctx, the stub's exit
+// and the instance's stop. The returned func gives the grant back.
+func (inst *instance) warmupGrant(ctx context.Context, p *stubproc.Proc) (func(), error) {
+	reg := inst.limited.Load()
+	if reg == nil {
+		return func() {}, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.Exited():
+		case <-inst.stopc:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	g, err := reg.Acquire(ctx)
+	if err != nil {
+		return nil, backendapi.Errorf(backendapi.Unavailable, "waiting for the rate limiter's resources: %v", err)
+	}
+	return g.Release, nil
 }
 
 // rateGate and rateGrant put a limited instance's registration behind

@@ -61,6 +61,11 @@ func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest,
 			}
 		}
 	}
+	release, err := inst.warmupGrant(ctx, p)
+	if err != nil {
+		return err
+	}
+	defer release()
 	pr := stubproc.NewRequest(ctx, req, batch, stream, false)
 	if !p.TakeSlot() {
 		return backendapi.Errorf(backendapi.Internal, "stub of instance %s has no free slot", inst.name)

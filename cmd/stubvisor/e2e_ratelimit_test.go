@@ -11,6 +11,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,14 +162,17 @@ func rlWaiting(t *testing.T, s *server, model string) bool {
 // R never overlap across models; while rl_high and rl_low both wait,
 // rl_high (priority 1) gets two turns for each of rl_low's (priority 2),
 // in the order Triton's scaled priority gives; a request whose deadline
-// passes while it waits fails and leaves the queue; and a stub killed
-// while it holds R gives it back, so the next waiter runs.
+// passes while it waits fails and leaves the queue; a stub killed while
+// it holds R gives it back, so the next waiter runs; and a model's warmup
+// waits for R as its requests do.
 func TestRateLimiter(t *testing.T) {
 	ipctest.RequirePython(t)
 	repo := rlRepo(t)
-	s := startServer(t, repo, "--rate-limit=execution_count")
+	s := startServer(t, repo, "--rate-limit=execution_count", "--log-verbose=1", "--model-control-mode=explicit",
+		"--load-model=rl_hold", "--load-model=rl_high", "--load-model=rl_low", "--load-model=identity_fp32")
 	t.Run("turns in priority order, one at a time", func(t *testing.T) { rlTurns(t, s, repo) })
 	t.Run("a deadline ends a wait, a dead stub gives R back", func(t *testing.T) { rlCancelAndDeath(t, s, repo) })
+	t.Run("a warmup sample waits for R", func(t *testing.T) { rlWarmup(t, s, repo) })
 }
 
 // rlTurns: rl_hold holds R while n requests each for rl_high and rl_low
@@ -283,6 +289,59 @@ func rlCancelAndDeath(t *testing.T, s *server, repo string) {
 	}
 	if recs := rlLog(t, repo)[before:]; len(recs) != 1 || recs[0].model != "rl_high" {
 		t.Errorf("new records %+v, want rl_high's execute alone", recs)
+	}
+}
+
+// rlWarmup loads rl_warm (rl_low with a warmup sample) while rl_hold
+// holds R: its warmup execute starts only once R is free.
+func rlWarmup(t *testing.T, s *server, repo string) {
+	if err := os.CopyFS(filepath.Join(repo, "rl_warm"), os.DirFS(filepath.Join(repo, "rl_low"))); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(repo, "rl_warm", "config.pbtxt")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), `"rl_low"`, `"rl_warm"`, 1) + `
+model_warmup [ { name: "zeros" batch_size: 1
+  inputs { key: "X" value { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]
+`
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := len(rlLog(t, repo))
+	release, holdDone := holdR(t, s, repo)
+	loaded := make(chan error, 1)
+	go func() {
+		resp, err := http.Post(s.HTTP+"/v2/repository/models/rl_warm/load", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				err = fmt.Errorf("load: %d %s", resp.StatusCode, body)
+			}
+		}
+		loaded <- err
+	}()
+	waitFor(t, 60*time.Second, "rl_warm's warmup to start", func() bool {
+		return strings.Contains(s.Log(), "model 'rl_warm' instance rl_warm_0_0 is running warmup sample 'zeros'")
+	})
+	release()
+	if err := <-holdDone; err != nil {
+		t.Fatalf("rl_hold: %v", err)
+	}
+	select {
+	case err := <-loaded:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("rl_warm did not load within 60s of R coming free")
+	}
+	recs := rlLog(t, repo)[before:]
+	if len(recs) != 2 || recs[0].model != "rl_hold" || recs[1].model != "rl_warm" || recs[1].start < recs[0].end {
+		t.Errorf("records %+v, want rl_hold's execute, then rl_warm's warmup after it", recs)
 	}
 }
 
