@@ -33,7 +33,7 @@
 //	readiness.go    a model's own is_ready(), one check at a time per instance
 //	stats.go        per-model statistics (failure reasons: sched's sentinels are REJECTED)
 //	metrics.go      custom metrics collected from every live stub (merged by package custommetrics)
-//	sampler.go      each second: every stub's /proc figures and the latency, kept five minutes
+//	sampler.go      each second: every stub's resident memory and the latency, kept five minutes
 //	recycle.go      the limits of a stub's life (MAX_RSS_MB, ...) and recycling: warm replacement, drain
 //	memory.go       MEMORY_LIMIT_MB: the stub confined at spawn (package memlimit), deaths it caused
 //	shm.go          the client shared-memory endpoints (package clientshm)

@@ -112,9 +112,9 @@ func (s *Supervisor) sample(now time.Time) {
 		vh.count, vh.total, vh.hasTotals = count, total, true
 		for _, inst := range mv.instances {
 			if p := inst.liveProc(); p != nil {
-				if ps, err := procstat.Read(p.PID()); err == nil {
-					sm.RSS[inst.name] = ps.RSSBytes
-					inst.checkRecycle(p, ps.RSSBytes)
+				if rss, err := procstat.RSS(p.PID()); err == nil {
+					sm.RSS[inst.name] = rss
+					inst.checkRecycle(p, rss)
 				}
 			}
 		}

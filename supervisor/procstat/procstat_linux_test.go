@@ -83,6 +83,9 @@ func TestReadSelf(t *testing.T) {
 	if got := int64(after.RSSBytes) - int64(before.RSSBytes); got < grow*3/4 {
 		t.Errorf("RSS grew by %d bytes after touching %d", got, grow)
 	}
+	if rss, err := RSS(os.Getpid()); err != nil || rss < after.RSSBytes*3/4 || rss > after.RSSBytes*5/4 {
+		t.Errorf("RSS() = %d, %v; Read's RSSBytes = %d", rss, err, after.RSSBytes)
+	}
 	if after.CPUSeconds <= before.CPUSeconds {
 		t.Errorf("CPU seconds %v -> %v after 100ms of work", before.CPUSeconds, after.CPUSeconds)
 	}
@@ -98,5 +101,8 @@ func TestReadGone(t *testing.T) {
 	// would take a wrap of the pid space within this test).
 	if _, err := Read(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Read of a reaped process: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := RSS(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("RSS of a reaped process: %v, want fs.ErrNotExist", err)
 	}
 }
