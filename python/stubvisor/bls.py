@@ -119,6 +119,12 @@ class BLSMixin:
         if decoupled:
             iterator = pb._response_iterator(call)
             weakref.finalize(iterator, self._drop_call, call_id)
+            # As in Triton, exec returns once the first response is in: in
+            # async_exec that wait runs on an executor thread, so the
+            # model's event loop stays free while the callee works, and
+            # iterating a one-response stream never blocks the loop.
+            queue = call.queue
+            self._wait(lambda: queue)
             return iterator
         result = None
         while True:
