@@ -14,8 +14,9 @@
 //     model starts do not inherit them ignored): the supervisor owns the life cycle
 //     (Finalize, then SIGKILL), and a terminal's Ctrl-C must not kill a
 //     stub before the supervisor has drained it;
-//   - it serves Initialize, Execute, IsReady, AutoComplete and Finalize on
-//     the main goroutine, one at a time, and Release and Cancel as they
+//   - it serves Initialize, Execute, AutoComplete and Finalize on the main
+//     goroutine, one at a time, and Release, Cancel and IsReady (on a
+//     goroutine of its own, so a slow IsReady holds up no Execute) as they
 //     arrive;
 //   - it exits as soon as the supervisor is gone (ipc.ErrPeerDead), so an
 //     orphaned stub never lingers.

@@ -228,7 +228,7 @@ func (h *host) execute(m *ipc.ExecuteMsg) {
 		}
 		envs[i], reqs[i] = env, mr
 	}
-	if !h.initialized {
+	if !h.initialized.Load() {
 		//lint:ignore ST1005 the text mirrors Triton's Python backend, capital included
 		h.failBatch(m.BatchID, envs, fmt.Errorf("Go model '%s' is not initialized: %w", h.instance, ErrNotInitialized))
 		return

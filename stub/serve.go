@@ -64,8 +64,9 @@ type host struct {
 	model    Model
 	instance string
 
-	decoupled   bool
-	initialized bool
+	decoupled bool
+	// initialized is read by the IsReady goroutine too (dispatch).
+	initialized atomic.Bool
 
 	// reader admits one goroutine into Recv: the main goroutine while it
 	// is idle, or a pumping goroutine while Execute runs.
@@ -183,7 +184,7 @@ func (h *host) popQueued() ipc.Message {
 
 func isCommand(m ipc.Message) bool {
 	switch m.Kind() {
-	case ipc.KindInitialize, ipc.KindExecute, ipc.KindFinalize, ipc.KindIsReady, ipc.KindAutoComplete:
+	case ipc.KindInitialize, ipc.KindExecute, ipc.KindFinalize, ipc.KindAutoComplete:
 		return true
 	}
 	return false
@@ -239,6 +240,11 @@ func (h *host) dispatch(m ipc.Message) {
 		}
 	case *ipc.UnmapRegionMsg:
 		h.shm.unmap(m.RegionID)
+	case *ipc.IsReadyMsg:
+		// Not a command: the model's check runs beside Execute, as Triton
+		// runs is_ready(), so a slow one holds up no request. The
+		// supervisor asks one instance once at a time.
+		go func() { h.send(&ipc.ResultMsg{ID: m.ID, Value: h.ready()}) }()
 	case *ipc.CollectMetricsMsg:
 		h.send(&ipc.ResultMsg{ID: m.ID, Value: []any{}}) // Go models define no custom metrics
 	case *ipc.InferResultMsg:
@@ -316,13 +322,11 @@ func (h *host) command(m ipc.Message) (code int, done bool) {
 		h.execute(m)
 	case *ipc.InitializeMsg:
 		h.initialize(m)
-	case *ipc.IsReadyMsg:
-		h.send(&ipc.ResultMsg{ID: m.ID, Value: h.ready()})
 	case *ipc.AutoCompleteMsg:
 		// A Go model's configuration is what config.pbtxt says.
 		h.send(&ipc.ResultMsg{ID: m.ID, Value: m.ConfigJSON})
 	case *ipc.FinalizeMsg:
-		if h.initialized {
+		if h.initialized.Load() {
 			if err := h.model.Finalize(); err != nil {
 				h.logf("ERROR", "Finalize() failed: %v", err)
 			}
@@ -346,7 +350,7 @@ func (h *host) initialize(m *ipc.InitializeMsg) {
 		h.send(&ipc.ResultMsg{ID: m.ID, Error: &ipc.Error{Code: uint8(backendapi.CodeOf(err)), Message: text}})
 		return
 	}
-	h.initialized = true
+	h.initialized.Store(true)
 	// Tell the supervisor whether readiness requests must ask the model.
 	var value any
 	if _, ok := h.model.(ReadyChecker); ok {
@@ -356,7 +360,7 @@ func (h *host) initialize(m *ipc.InitializeMsg) {
 }
 
 func (h *host) ready() bool {
-	if !h.initialized {
+	if !h.initialized.Load() {
 		return false
 	}
 	if r, ok := h.model.(ReadyChecker); ok {

@@ -41,7 +41,8 @@ func hasReadyFn(v any) bool {
 func (u *userReadiness) check(p *stubproc.Proc) (bool, error) {
 	u.mu.Lock()
 	done := u.inflight
-	if done == nil {
+	joined := done != nil
+	if !joined {
 		done = make(chan struct{})
 		u.inflight = done
 		go u.run(p, done)
@@ -50,6 +51,9 @@ func (u *userReadiness) check(p *stubproc.Proc) (bool, error) {
 	select {
 	case <-done:
 	case <-time.After(readyCheckTimeout):
+		if joined {
+			return false, backendapi.Errorf(backendapi.Unavailable, "Timed out waiting for in-flight is_ready() response")
+		}
 		return false, backendapi.Errorf(backendapi.Unavailable, "Timed out waiting for user-defined is_ready() response")
 	}
 	u.mu.Lock()

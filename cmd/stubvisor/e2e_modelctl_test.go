@@ -120,7 +120,7 @@ func TestModelLoadingAPI(t *testing.T) {
 func TestUserReadiness(t *testing.T) {
 	slow(t)
 	ipctest.RequirePython(t)
-	// Most of this test is the 6 s readiness check below; it shares
+	// Most of this test is the 7 s readiness check below; it shares
 	// nothing with other tests, so the slow-instance test sleeps beside it.
 	t.Parallel()
 	s := startServer(t, copyRepo(t, "readiness"))
@@ -157,12 +157,19 @@ func TestUserReadiness(t *testing.T) {
 			t.Fatalf("%s: HTTP ready %v, gRPC ready %v, want %v", step.name, h, g, step.want)
 		}
 	}
-	// A check slower than 5 s answers not ready; the next request waits for
-	// the check in flight instead of asking again, and gets its answer.
-	set(map[string]any{"raise": false, "sleep_ms": 6000})
+	// A check slower than 5 s answers not ready (python_backend's QA
+	// test_is_ready_takes_long_time). It runs beside execute: a request
+	// made meanwhile is answered at once, and sees the check running.
+	// The next readiness request waits for the check in flight instead of
+	// asking again, and gets its answer.
+	set(map[string]any{"raise": false, "sleep_ms": 7000})
 	code, _, _ := s.do("GET", "/v2/models/readiness/ready", nil)
 	if code == http.StatusOK {
-		t.Fatal("a readiness check that took 6 s answered ready")
+		t.Fatal("a readiness check that took 7 s answered ready")
+	}
+	code, body := s.postJSON("/v2/models/readiness/infer", map[string]any{"inputs": []any{}})
+	if code != http.StatusOK || !strings.Contains(string(body), `"name":"CHECKING","datatype":"BOOL","shape":[1],"data":[true]`) {
+		t.Fatalf("a request during the slow check: %d %s, want CHECKING true", code, body)
 	}
 	r, err := c.ModelReady(callCtx(t), &pb.ModelReadyRequest{Name: "readiness"})
 	if err != nil || !r.Ready {

@@ -45,7 +45,10 @@ _PeerDead = ipc.PeerDead
 _FrameTooLarge = ipc.FrameTooLarge
 _PoolExhausted = ipc.PoolExhausted
 
-_COMMANDS = frozenset((_K_INITIALIZE, _K_EXECUTE, _K_FINALIZE, _K_IS_READY, _K_AUTO_COMPLETE))
+# The commands the main thread runs in order. IsReady is not one: it runs
+# on a thread of its own (Host._dispatch), as Triton's stub runs is_ready()
+# beside execute, so a slow check holds up no request.
+_COMMANDS = frozenset((_K_INITIALIZE, _K_EXECUTE, _K_FINALIZE, _K_AUTO_COMPLETE))
 
 # How long a pumping thread holds the reader lock per read, and how long a
 # waiter sleeps before it re-checks (both also bound how late a waiter
@@ -70,7 +73,6 @@ _HEARTBEAT_PERIOD = max(_BUSY_PERIOD, _heartbeat_period())
 # How long the main thread's idle wait for a command sleeps between its
 # own checks of the parent (the heartbeat thread makes them every beat).
 _IDLE_WAIT = 10.0
-_IS_READY_TIMEOUT = 5.0
 _CANCELLED_MAX = 65536
 _TEXT_MAX = 16384
 

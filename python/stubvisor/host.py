@@ -173,7 +173,6 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             _K_EXECUTE: self._on_execute,
             _K_INITIALIZE: self._on_initialize,
             _K_FINALIZE: self._on_finalize,
-            _K_IS_READY: self._on_is_ready,
             _K_AUTO_COMPLETE: self._on_auto_complete,
         }
 
@@ -313,6 +312,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             self._cuda.unmap(msg[UNMAP_REGION_ID])
         elif kind == _K_COLLECT_METRICS:
             self._reply(msg[M_ID], None, pb._collect_metrics())
+        elif kind == _K_IS_READY:
+            # The supervisor asks one instance once at a time.
+            threading.Thread(target=self._on_is_ready, args=(msg,), name="stubvisor-is-ready", daemon=True).start()
         elif kind in _COMMANDS:
             self._commands.append(msg)
             with self._cond:

@@ -13,7 +13,6 @@ import triton_python_backend_utils as pb
 
 from .common import (
     _INTERNAL,
-    _IS_READY_TIMEOUT,
     _K_LOG,
     _K_RESULT,
     _clip,
@@ -117,6 +116,10 @@ class LifecycleMixin:
                                    "import_s": imported - started, "initialize_s": done - imported})
 
     def _on_is_ready(self, msg):
+        """Run the model's is_ready() (on a thread of its own, see
+        _dispatch) and answer. It may take as long as it takes: the
+        supervisor stops waiting after 5 s and keeps the answer for the
+        readiness requests that come meanwhile, as Triton does."""
         msg_id = msg[M_ID]
         model = self.model
         check = getattr(model, "is_ready", None) if model is not None else None
@@ -126,15 +129,15 @@ class LifecycleMixin:
         try:
             ready = check()
             if asyncio.iscoroutine(ready):
-                ready = asyncio.run_coroutine_threadsafe(ready, self._async_loop()).result(_IS_READY_TIMEOUT)
+                ready = asyncio.run_coroutine_threadsafe(ready, self._async_loop()).result()
         except Exception as exc:
             text = describe(exc)
             self._diag("ERROR", "is_ready() failed: " + text)
             self._reply(msg_id, [_INTERNAL, text], False)
             return
         if not isinstance(ready, bool):
-            text = "is_ready() must return a bool, found type '%s'." % (type(ready),)
-            self._diag("ERROR", text)
+            text = "is_ready() must return a boolean value"
+            self._diag("ERROR", "%s, found type '%s'" % (text, type(ready)))
             self._reply(msg_id, [_INTERNAL, text], False)
             return
         self._reply(msg_id, None, ready)
@@ -159,7 +162,12 @@ class LifecycleMixin:
     def _async_loop(self):
         loop = self._aloop
         if loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="stubvisor-asyncio", daemon=True).start()
-            self._aloop = loop
+            # The main thread (execute) and the is_ready() thread may both
+            # be first: one loop for both.
+            with self._cond:
+                loop = self._aloop
+                if loop is None:
+                    loop = asyncio.new_event_loop()
+                    threading.Thread(target=loop.run_forever, name="stubvisor-asyncio", daemon=True).start()
+                    self._aloop = loop
         return loop
