@@ -33,11 +33,13 @@ type instance struct {
 	// reqBase is the count when the current stub became ready (under mu).
 	requests atomic.Uint64
 	reqBase  uint64
-	// warmups are the warmup requests in flight (warmup.go): their ends
-	// count in no statistics. warmExecs is how many executions still
-	// to leave out of the counts: one per warmup request sent. (While a
-	// replacement warms up, the stub it replaces still serves, so the
-	// instance cannot tell its ends apart by the time they come.)
+	// warmups are the warmup requests in flight (warmup.go): they count
+	// in the model's statistics, as Triton's warmup requests do, but not
+	// in the stub's own counts (/v2/stubs shows the warmup apart).
+	// warmExecs is how many executions still to leave out of those: one
+	// per warmup request sent. (While a replacement warms up, the stub it
+	// replaces still serves, so the instance cannot tell its ends apart by
+	// the time they come.)
 	warmups   sync.Map // *stubproc.Request -> struct{}
 	warmExecs atomic.Int64
 	// readiness runs the model's own is_ready() (readiness.go).
@@ -390,6 +392,10 @@ func (mv *modelVersion) stubOptions() map[string]any {
 // Finish implements stubproc.Host.
 func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferResponse, err error, final bool) {
 	if _, ok := inst.warmups.Load(pr); ok {
+		if pr.ClaimStats(err, final) {
+			total, queue, compute := pr.Durations(time.Now())
+			inst.mv.stats.requestDone(err, pr.Size(), total, queue, compute)
+		}
 		if taken, _ := pr.Respond(resp, err, final); !taken {
 			resp.Release()
 		}
@@ -400,6 +406,7 @@ func (inst *instance) Finish(pr *stubproc.Request, resp *backendapi.InferRespons
 
 // Executed implements stubproc.Host.
 func (inst *instance) Executed(size int64, d time.Duration) {
+	inst.mv.Executed(size, d)
 	for {
 		n := inst.warmExecs.Load()
 		if n <= 0 {
@@ -409,7 +416,6 @@ func (inst *instance) Executed(size int64, d time.Duration) {
 			return
 		}
 	}
-	inst.mv.Executed(size, d)
 	inst.executions.Add(1)
 	inst.requests.Add(uint64(size))
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
@@ -21,7 +22,9 @@ import (
 // (the model's warmup/ directory). A failure fails the load with Triton's
 // text. Beyond Triton, which never restarts a stub, a restarted stub is
 // warmed up again before it takes traffic: an instance counts as ready
-// only once launch, and with it the warmup, returned.
+// only once launch, and with it the warmup, returned. Warmup requests count
+// in the model's statistics and metrics as in Triton, whose backends report
+// them like any other request: a restarted stub's warmup counts too.
 
 // warmup runs the model's warmup samples on p, which takes no other
 // request yet. It returns how long they took.
@@ -33,13 +36,13 @@ func (inst *instance) warmup(p *stubproc.Proc) (time.Duration, error) {
 	}
 	start := time.Now()
 	for _, w := range samples {
-		req, batch, err := mv.warmupRequest(w)
+		req, err := mv.warmupRequest(w)
 		if err != nil {
 			return 0, backendapi.Errorf(backendapi.InvalidArg, "failed to run warmup sample '%s': %s", w.GetName(), backendapi.MessageOf(err))
 		}
 		for i := 1; i <= int(max(w.GetCount(), 1)); i++ {
 			inst.log.Debug(fmt.Sprintf("model '%s' instance %s is running warmup sample '%s' for iteration %d", mv.name, inst.name, w.GetName(), i))
-			if err := inst.warmupOnce(p, req, batch); err != nil {
+			if err := inst.warmupOnce(p, req, int(max(w.GetBatchSize(), 1))); err != nil {
 				return 0, backendapi.Errorf(backendapi.CodeOf(err), "failed to run warmup sample '%s': %s", w.GetName(), backendapi.MessageOf(err))
 			}
 		}
@@ -47,15 +50,19 @@ func (inst *instance) warmup(p *stubproc.Proc) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// warmupOnce executes one warmup request on p and waits for its end (for
-// a decoupled model, its final response).
-func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest, batch int64) error {
+// warmupOnce executes one iteration of a sample on p, as Triton does: n
+// requests (the sample's batch_size) of batch size 1, in one execution,
+// and waits for their ends (for a decoupled model, the final responses).
+func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), inst.mv.sup.opts.InitializeTimeout)
 	defer cancel()
+	var mu sync.Mutex
 	var streamErr error
 	var stream func(*backendapi.InferResponse, error, bool)
 	if inst.mv.decoupled {
 		stream = func(_ *backendapi.InferResponse, err error, _ bool) {
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil && streamErr == nil {
 				streamErr = err
 			}
@@ -66,29 +73,37 @@ func (inst *instance) warmupOnce(p *stubproc.Proc, req *backendapi.InferRequest,
 		return err
 	}
 	defer release()
-	pr := stubproc.NewRequest(ctx, req, batch, stream, false)
+	batch := &stubproc.Batch{Items: make([]*stubproc.Request, n)}
+	for i := range batch.Items {
+		pr := stubproc.NewRequest(ctx, req, 1, stream, false)
+		inst.warmups.Store(pr, struct{}{})
+		defer inst.warmups.Delete(pr)
+		batch.Items[i] = pr
+	}
 	if !p.TakeSlot() {
 		return backendapi.Errorf(backendapi.Internal, "stub of instance %s has no free slot", inst.name)
 	}
-	inst.warmups.Store(pr, struct{}{})
-	defer inst.warmups.Delete(pr)
 	inst.warmExecs.Add(1)
-	p.Execute(pr.Solo())
-	resp, err := pr.Wait()
-	resp.Release()
-	if err == nil {
-		err = streamErr
+	p.Execute(batch)
+	var first error
+	for _, pr := range batch.Items {
+		resp, err := pr.Wait()
+		resp.Release()
+		if err != nil && first == nil {
+			first = err
+		}
 	}
-	return err
+	if first != nil {
+		return first
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return streamErr
 }
 
-// warmupRequest builds the request of one sample; batch is its batch size
-// (1 for a model without batching).
-func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.InferRequest, int64, error) {
-	batch := int64(1)
-	if mv.sig.MaxBatch() > 0 {
-		batch = int64(max(w.GetBatchSize(), 1))
-	}
+// warmupRequest builds the request of one sample, of batch size 1 (no
+// batch dimension for a model without batching).
+func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.InferRequest, error) {
 	req := &backendapi.InferRequest{ModelName: mv.name, ModelVersion: mv.version, ID: "warmup:" + w.GetName()}
 	names := make([]string, 0, len(w.GetInputs()))
 	for name := range w.GetInputs() {
@@ -100,15 +115,15 @@ func (mv *modelVersion) warmupRequest(w *inferencepb.ModelWarmup) (*backendapi.I
 		dt := signature.ConfigType(in.GetDataType())
 		shape := in.GetDims()
 		if mv.sig.MaxBatch() > 0 {
-			shape = append([]int64{batch}, shape...)
+			shape = append([]int64{1}, shape...)
 		}
 		data, err := mv.warmupData(in, dt, signature.ElementCount(shape))
 		if err != nil {
-			return nil, 0, fmt.Errorf("input '%s': %w", name, err)
+			return nil, fmt.Errorf("input '%s': %w", name, err)
 		}
 		req.Inputs = append(req.Inputs, backendapi.InputTensor{Name: name, DataType: dt, Shape: shape, Data: data})
 	}
-	return req, batch, nil
+	return req, nil
 }
 
 // warmupData is the bytes of n elements of one warmup input.

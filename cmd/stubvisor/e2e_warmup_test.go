@@ -100,22 +100,41 @@ func TestWarmup(t *testing.T) {
 	for _, want := range []string{
 		"model 'warm_lazy' instance warm_lazy_0_0 is running warmup sample 'zeros' for iteration 1",
 		"model 'warm_lazy' instance warm_lazy_0_0 is running warmup sample 'from file' for iteration 2",
-		"warm_lazy: shape [2, 2] sum 0.0", // zero_data, batch_size 2
-		"warm_lazy: shape [1, 2] sum 4.0", // input_data_file warmup/input0.bin: 1.5, 2.5
+		// zero_data, batch_size 2: two requests of batch size 1 in one
+		// execution, as in Triton.
+		"warm_lazy: request 1 of 2: shape [1, 2] sum 0.0",
+		"warm_lazy: request 2 of 2: shape [1, 2] sum 0.0",
+		"warm_lazy: request 1 of 1: shape [1, 2] sum 4.0", // input_data_file warmup/input0.bin: 1.5, 2.5
 		"stub ready: pid=",
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
+	// The warmup requests count in the statistics as in Triton, whose
+	// backends report them like any other: "zeros" is one execution of two
+	// requests, "from file" two of one; with them the warmup's time (the
+	// 1 s lazy initialization) shows in compute_infer.
 	var stats struct {
 		ModelStats []struct {
+			InferenceCount int `json:"inference_count"`
 			ExecutionCount int `json:"execution_count"`
+			InferenceStats struct {
+				Success      struct{ Count, NS int64 } `json:"success"`
+				ComputeInfer struct{ Count, NS int64 } `json:"compute_infer"`
+			} `json:"inference_stats"`
 		} `json:"model_stats"`
 	}
 	s.getJSON("/v2/models/warm_lazy/stats", &stats)
-	if len(stats.ModelStats) != 1 || stats.ModelStats[0].ExecutionCount != 10 {
-		t.Errorf("statistics %+v: want the 10 requests' executions, not the warmup's", stats)
+	if len(stats.ModelStats) != 1 {
+		t.Fatalf("statistics %+v", stats)
+	}
+	st := stats.ModelStats[0]
+	if st.ExecutionCount != 10+3 || st.InferenceCount != 10+4 || st.InferenceStats.Success.Count != 10+4 {
+		t.Errorf("statistics %+v: want 13 executions and 14 inferences: the 10 requests' and the warmup's", st)
+	}
+	if st.InferenceStats.ComputeInfer.NS < int64(time.Second) {
+		t.Errorf("compute_infer %+v: want the warmup's 1 s in it", st.InferenceStats.ComputeInfer)
 	}
 
 	t.Run("a restarted stub is warmed up before it takes traffic", func(t *testing.T) {

@@ -1,6 +1,7 @@
 """warm_lazy: COLD is 1 for the requests of the execute that paid the
 1 s lazy initialization, 0 afterwards. Every execute logs the shape and
-sum of INPUT0 ("warm_lazy: shape [2, 2] sum 0.0")."""
+sum of each request's INPUT0 ("warm_lazy: request 1 of 2: shape [1, 2]
+sum 0.0")."""
 
 import time
 
@@ -19,9 +20,10 @@ class TritonPythonModel:
             self.initialized = True
             cold = 1
         responses = []
-        for request in requests:
+        for i, request in enumerate(requests):
             x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            pb_utils.Logger.log_info("warm_lazy: shape {} sum {}".format(list(x.shape), float(x.sum())))
+            pb_utils.Logger.log_info("warm_lazy: request {} of {}: shape {} sum {}".format(
+                i + 1, len(requests), list(x.shape), float(x.sum())))
             out = np.full((x.shape[0], 1), cold, dtype=np.int32)
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("COLD", out)]))
         return responses
