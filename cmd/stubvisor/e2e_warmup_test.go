@@ -136,6 +136,10 @@ func TestWarmup(t *testing.T) {
 	if st.InferenceStats.ComputeInfer.NS < int64(time.Second) {
 		t.Errorf("compute_infer %+v: want the warmup's 1 s in it", st.InferenceStats.ComputeInfer)
 	}
+	if text, _ := s.scrape(); !strings.Contains(text, `nv_inference_count{model="warm_lazy",version="1"} 14`+"\n") ||
+		!strings.Contains(text, `nv_inference_exec_count{model="warm_lazy",version="1"} 13`+"\n") {
+		t.Errorf("metrics lack the warmup's inferences and executions:\n%s", text)
+	}
 
 	t.Run("a restarted stub is warmed up before it takes traffic", func(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
