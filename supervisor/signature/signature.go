@@ -80,6 +80,12 @@ func (s *Signature) output(name string) *ioSpec {
 // without batching).
 func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err error) {
 	batch = 1
+	// Triton checks the number of inputs first, so a request short of an
+	// input is told what is missing even when another input is also wrong.
+	required, total := s.inputCounts()
+	if n := len(req.Inputs); n < required || n > total {
+		return 0, s.missingInputs(req, required, total)
+	}
 	seen := make(map[string]bool, len(req.Inputs))
 	for i := range req.Inputs {
 		in := &req.Inputs[i]
@@ -118,29 +124,10 @@ func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err err
 	if s.maxBatch > 0 && (batch < 1 || batch > s.maxBatch) {
 		return 0, backendapi.Errorf(backendapi.InvalidArg, "inference request batch-size must be <= %d for '%s'", s.maxBatch, s.model)
 	}
-	var missing []string
-	required := 0
 	for _, spec := range s.inputs {
-		if spec.optional || s.controlInputs[spec.name] {
-			continue
+		if !spec.optional && !s.controlInputs[spec.name] && !seen[spec.name] {
+			return 0, s.missingInputs(req, required, total)
 		}
-		required++
-		if !seen[spec.name] {
-			missing = append(missing, "'"+spec.name+"'")
-		}
-	}
-	if len(missing) > 0 {
-		var got []string
-		for _, in := range req.Inputs {
-			got = append(got, "'"+in.Name+"'")
-		}
-		// Triton names the range when the model has optional inputs.
-		expected := fmt.Sprintf("expected %d inputs", required)
-		if total := len(s.inputs) - len(s.controlInputs); total > required {
-			expected = fmt.Sprintf("expected number of inputs between %d and %d", required, total)
-		}
-		return 0, backendapi.Errorf(backendapi.InvalidArg, "%s but got %d inputs for model '%s'. Got input(s) [%s], but missing required input(s) [%s]. Please provide all required input(s).",
-			expected, len(req.Inputs), s.model, strings.Join(got, ","), strings.Join(missing, ","))
 	}
 	for _, out := range req.Outputs {
 		if s.output(out.Name) == nil {
@@ -148,6 +135,45 @@ func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err err
 		}
 	}
 	return batch, nil
+}
+
+// inputCounts returns how many inputs a request must and may give (control
+// inputs of the sequence batcher are the server's, not the client's).
+func (s *Signature) inputCounts() (required, total int) {
+	for _, spec := range s.inputs {
+		if s.controlInputs[spec.name] {
+			continue
+		}
+		total++
+		if !spec.optional {
+			required++
+		}
+	}
+	return required, total
+}
+
+// missingInputs is Triton's answer to a request that lacks a required
+// input or gives too many.
+func (s *Signature) missingInputs(req *backendapi.InferRequest, required, total int) error {
+	given := make(map[string]bool, len(req.Inputs))
+	got := make([]string, 0, len(req.Inputs))
+	for _, in := range req.Inputs {
+		given[in.Name] = true
+		got = append(got, "'"+in.Name+"'")
+	}
+	var missing []string
+	for _, spec := range s.inputs {
+		if !spec.optional && !s.controlInputs[spec.name] && !given[spec.name] {
+			missing = append(missing, "'"+spec.name+"'")
+		}
+	}
+	// Triton names the range when the model has optional inputs.
+	expected := fmt.Sprintf("expected %d inputs", required)
+	if total > required {
+		expected = fmt.Sprintf("expected number of inputs between %d and %d", required, total)
+	}
+	return backendapi.Errorf(backendapi.InvalidArg, "%s but got %d inputs for model '%s'. Got input(s) [%s], but missing required input(s) [%s]. Please provide all required input(s).",
+		expected, len(req.Inputs), s.model, strings.Join(got, ","), strings.Join(missing, ","))
 }
 
 func (s *Signature) fullDims(dims []int64) []int64 {
