@@ -248,6 +248,29 @@ def _word32(addr):
     return _AcquireWord(addr, _atomic.__atomic_load_4)
 
 
+def _publisher64(addr):
+    """A function that stores a u64 at addr as a full fence: every later
+    load of this thread is ordered after the store (the Dekker handshake
+    of the wake-up flags needs it). On x86-64 a plain store followed by
+    acquiring and releasing a lock nobody else takes: the acquire is a
+    locked read-modify-write (mutual exclusion needs one), which x86
+    orders as a full fence, and costs a fifth of a call into libatomic
+    through ctypes (about 1k instructions against 4.6k). Elsewhere the
+    sequentially consistent exchange of libatomic."""
+    if not _PLAIN_LOADS:
+        return lambda value: _xchg8(addr, value, _SEQ_CST)
+    word = ctypes.c_uint64.from_address(addr)
+    fence = threading.Lock()
+    acquire, release = fence.acquire, fence.release
+
+    def publish(value):
+        word.value = value
+        acquire()
+        release()
+
+    return publish
+
+
 def _loader64(addr):
     w = _word64(addr)
     return lambda: w.value
@@ -363,6 +386,8 @@ class _Ring:
         self.writer_sleeping = _word32(self.writer_sleeping_addr)
         self.load_tail = _loader64(self.tail_addr)
         self.load_head = _loader64(self.head_addr)
+        # Only the producer stores tail and only the consumer head.
+        self.publish = _publisher64(self.tail_addr if producer else self.head_addr)
         self.cursor = self.tail.value if producer else self.head.value
         self.data_off = off + RING_INDEX_BYTES
         self.size = size
@@ -743,7 +768,7 @@ class Channel:
             r.cursor = tail
             # A full-fence store: the reader either sees the new tail
             # before it sleeps, or we see its flag below and wake it.
-            _xchg8(r.tail_addr, tail, _SEQ_CST)
+            r.publish(tail)
             if r.reader_sleeping.value:
                 _futex_wake(r.tail_addr)
 
@@ -782,7 +807,7 @@ class Channel:
         mv[start:start + n] = data
         tail += need
         r.cursor = tail
-        _xchg8(r.tail_addr, tail, _SEQ_CST)
+        r.publish(tail)
         if r.reader_sleeping.value:
             _futex_wake(r.tail_addr)
 
@@ -831,7 +856,7 @@ class Channel:
                 # Inline _consumed: this is the hot path.
                 head += need
                 r.cursor = head
-                _xchg8(r.head_addr, head, _SEQ_CST)
+                r.publish(head)
                 if r.writer_sleeping.value:
                     _futex_wake(r.head_addr)
                 if type(msg) is not list or len(msg) < 2:
@@ -840,7 +865,7 @@ class Channel:
 
     def _consumed(self, r, head):
         r.cursor = head
-        _xchg8(r.head_addr, head, _SEQ_CST)
+        r.publish(head)
         if r.writer_sleeping.value:
             _futex_wake(r.head_addr)
 
