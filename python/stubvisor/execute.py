@@ -18,6 +18,7 @@ from .common import (
     _FINAL,
     _FrameTooLarge,
     _INLINE,
+    _INLINE_MAX,
     _INTERNAL,
     _K_EXECUTE_DONE,
     _K_RESPONSE,
@@ -51,9 +52,18 @@ from .fields import (
     T_SHAPE,
     T_SIZE,
 )
+from .fastwire import DONE_OPEN as _DONE_OPEN
+from .fastwire import NO_PARAMETERS as _NO_PARAMETERS
+from .fastwire import final_response_open as _final_response_open
+from .fastwire import heads as _heads
+from .fastwire import inline_head as _inline_head
+from .fastwire import nil_array as _nil_array
+from .fastwire import uint as _uint
 from .loader import StubError, describe
 
 _RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+_RELEASE_ALL = pb.TRITONSERVER_REQUEST_RELEASE_ALL
+_Response = pb.InferenceResponse
 
 
 class ExecuteMixin:
@@ -117,9 +127,23 @@ class ExecuteMixin:
                     returned = None
                 else:
                     returned = asyncio.run_coroutine_threadsafe(returned, self._async_loop()).result()
-            responses = self._collect(requests, returned)
+            frame = self._usual_done(batch_id, requests, returned) if type(returned) is list else None
+            if frame is None:
+                responses = self._collect(requests, returned)
         except Exception as exc:
             self._fail_batch(batch_id, requests, exc)
+            return
+        if frame is not None:
+            try:
+                self._send_frame(frame)
+            except _FrameTooLarge as exc:
+                self._fail_batch(batch_id, requests, exc)
+                return
+            if self._cancelled:
+                for req in requests:
+                    self._cancelled.discard(req._handle)
+            if self._pending_free:
+                self._flush_frees()
             return
         out = []
         if responses:
@@ -157,6 +181,47 @@ class ExecuteMixin:
                 self._cancelled.discard(req._handle)
         if self._pending_free:
             self._flush_frees()
+
+    def _usual_done(self, batch_id, requests, returned):
+        """The ExecuteDone frame of the usual batch, encoded by fastwire:
+        execute returned one InferenceResponse per request, without error
+        or parameters, for requests that hold no response sender and are
+        not rescheduled, and every requested output is a small fixed-size
+        array that travels inline (none goes to a client's region). None
+        for anything else, which the general path (_collect,
+        _wire_response) handles with its checks and texts."""
+        if len(returned) != len(requests) or self.decoupled or self._shm_targets:
+            return None
+        room = self._inline_room
+        heads = _heads
+        frame = [_DONE_OPEN, _uint(batch_id), _nil_array(len(requests))]
+        for req, resp in zip(requests, returned):
+            if (type(resp) is not _Response or resp._error is not None or resp._params
+                    or req._send_state is not None or req._release_flags != _RELEASE_ALL):
+                return None
+            requested = req._requested
+            at = len(frame)
+            frame.append(None)  # the response's start, once its outputs are counted
+            for t in resp._outputs:
+                name = t._name
+                if requested and name not in requested:
+                    continue
+                array = t._np
+                if array is None or t._dtype == _BYTES:
+                    return None
+                size = array.nbytes
+                shape = array.shape
+                if not size or size > _INLINE_MAX or size > room or not shape:
+                    return None
+                room -= size
+                head = heads.get((name, t._dtype, shape, size))
+                frame.append(head if head is not None else _inline_head(name, t._dtype, shape, size))
+                frame.append(array.tobytes())
+            frame[at] = _final_response_open(req._handle, (len(frame) - at) >> 1)
+            frame.append(_NO_PARAMETERS)
+        for req in requests:
+            req._final = True
+        return b"".join(frame)
 
     def _left_to_sender(self, requests):
         """The handles of requests (of a model that is not decoupled) that

@@ -398,6 +398,14 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         except _PeerDead:
             _exit_now(1)
 
+    def _send_frame(self, data):
+        """_send of a message already encoded (fastwire)."""
+        self._check_owner("Talking to the server")
+        try:
+            self.ch.send_frame(data)
+        except _PeerDead:
+            _exit_now(1)
+
 
 def _install_c_module():
     """Register c_python_backend_utils, the name Triton's native half goes

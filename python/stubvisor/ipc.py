@@ -750,27 +750,40 @@ class Channel:
                 raise PeerDead("stubvisor.ipc: channel closed")
             if self._dead.value:
                 raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
-            data = self._packer.pack(msg)
-            r = self._out
-            n = len(data)
-            need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
-            tail = r.cursor
-            pos = tail & r.mask
-            if r.size - pos < need or r.size - (tail - r.head.value) < need or n > r.max_frame:
-                return self._push_slow(data)
-            # The common case, inline: the frame fits before the end of
-            # the ring and there is room for it.
-            start = r.data_off + pos
-            mv = self._mv
-            _U32.pack_into(mv, start, n)
-            mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
-            tail += need
-            r.cursor = tail
-            # A full-fence store: the reader either sees the new tail
-            # before it sleeps, or we see its flag below and wake it.
-            r.publish(tail)
-            if r.reader_sleeping.value:
-                _futex_wake(r.tail_addr)
+            self._push(self._packer.pack(msg))
+
+    def send_frame(self, data):
+        """Queue a message already encoded as msgpack bytes (see
+        fastwire); otherwise as send."""
+        with self._send_lock:
+            if self._closed:
+                raise PeerDead("stubvisor.ipc: channel closed")
+            if self._dead.value:
+                raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
+            self._push(data)
+
+    def _push(self, data):
+        """Queue one frame; the caller holds the send lock."""
+        r = self._out
+        n = len(data)
+        need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+        tail = r.cursor
+        pos = tail & r.mask
+        if r.size - pos < need or r.size - (tail - r.head.value) < need or n > r.max_frame:
+            return self._push_slow(data)
+        # The common case, inline: the frame fits before the end of
+        # the ring and there is room for it.
+        start = r.data_off + pos
+        mv = self._mv
+        _U32.pack_into(mv, start, n)
+        mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
+        tail += need
+        r.cursor = tail
+        # A full-fence store: the reader either sees the new tail
+        # before it sleeps, or we see its flag below and wake it.
+        r.publish(tail)
+        if r.reader_sleeping.value:
+            _futex_wake(r.tail_addr)
 
     def _check_open(self):
         if self._closed:
