@@ -1243,8 +1243,9 @@ class InferenceRequest:
 
 def _fill_request(r, rt, handle, request_id, correlation_id, flags, inputs, requested, params, timeout, model_name,
                   model_version, preferred_memory, trace):
-    """Set every slot of r: the one place that knows them all. rt is the
-    host for a request the server handed to execute, None for BLS."""
+    """Set every slot of r. rt is the host for a request the server handed
+    to execute, None for BLS. The host's execute path (stubvisor/execute.py)
+    sets the same slots inline; test_host checks that it sets them all."""
     r._handle = handle
     r._id = request_id
     r._correlation_id = correlation_id

@@ -64,6 +64,7 @@ from .loader import StubError, describe
 _RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 _RELEASE_ALL = pb.TRITONSERVER_REQUEST_RELEASE_ALL
 _Response = pb.InferenceResponse
+_DEFAULT_TRACE = pb._DEFAULT_TRACE
 
 
 class ExecuteMixin:
@@ -71,8 +72,8 @@ class ExecuteMixin:
 
     def _on_execute(self, msg):
         batch_id = msg[M_ID]
-        tensor = pb._tensor
-        fill = pb._fill_request
+        new_tensor = pb._new_tensor
+        tensor_type = pb.Tensor
         new_request = pb._new_request
         request_type = pb.InferenceRequest
         model_name = self.model_name
@@ -81,23 +82,31 @@ class ExecuteMixin:
         requests = []
         on_device = None
         for w in msg[EXECUTE_REQUESTS]:
+            # Tensors and the request are filled here slot by slot (what
+            # pb._tensor and pb._fill_request do, without their calls: this
+            # runs for every request and every input).
             inputs = []
             cuda = False
             for t in w[R_INPUTS]:
+                x = new_tensor(tensor_type)
+                x._name = t[T_NAME]
+                x._dtype = t[T_DATA_TYPE]
+                x._np = None
+                x._shape = t[T_SHAPE]
                 loc = t[T_LOC]
                 if loc == _INLINE:
                     # The bytes came in the message: the src holds them
                     # where an arena input's holds its offset, and their
                     # length is its size (as_numpy reads them unchecked).
                     data = t[T_DATA]
-                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE], (loc, data, len(data))))
+                    x._src = (loc, data, len(data))
                 elif loc < _CLIENT:
-                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE], (loc, t[T_OFFSET], t[T_SIZE])))
+                    x._src = (loc, t[T_OFFSET], t[T_SIZE])
                 else:
                     cuda = cuda or loc == _CUDA
-                    inputs.append(tensor(t[T_NAME], t[T_DATA_TYPE], None, t[T_SHAPE],
-                                         (loc, (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])))
-            trace = pb._DEFAULT_TRACE
+                    x._src = (loc, (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])
+                inputs.append(x)
+            trace = _DEFAULT_TRACE
             if len(w) > R_OUTPUT_TARGETS:
                 if w[R_OUTPUT_TARGETS]:
                     self._shm_targets[w[R_HANDLE]] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
@@ -106,9 +115,25 @@ class ExecuteMixin:
                     trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
             if cuda:
                 on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
-            requests.append(fill(new_request(request_type), self, w[R_HANDLE], w[R_ID], w[R_CORRELATION_ID],
-                                 w[R_FLAGS], inputs, w[R_REQUESTED_OUTPUTS], w[R_PARAMETERS_JSON],
-                                 w[R_TIMEOUT_MICROS], model_name, model_version, memory, trace))
+            r = new_request(request_type)
+            r._handle = w[R_HANDLE]
+            r._id = w[R_ID]
+            r._correlation_id = w[R_CORRELATION_ID]
+            r._flags = w[R_FLAGS]
+            r._inputs = inputs
+            r._requested = w[R_REQUESTED_OUTPUTS]
+            r._params = w[R_PARAMETERS_JSON]
+            r._timeout = w[R_TIMEOUT_MICROS]
+            r._model_name = model_name
+            r._model_version = model_version
+            r._preferred_memory = memory
+            r._trace = trace
+            r._sender = None
+            r._send_state = None
+            r._release_flags = _RELEASE_ALL
+            r._rt = self
+            r._final = False
+            requests.append(r)
         try:
             if on_device:
                 self._inputs_to_host(on_device)

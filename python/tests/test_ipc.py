@@ -73,12 +73,22 @@ class ChannelTest(unittest.TestCase):
             [ipc.KIND_EXECUTE, 7, [[1, "r", "seq", 0, [["IN", 11, [1, 4], 0, 0, 16]], ["OUT"], "", 0]]],
             [ipc.KIND_INITIALIZE, 1, {"model_name": "m"}, {"decoupled": True, "n": -3}],
             [ipc.KIND_CANCEL, (1 << 64) - 1],
+            # Keys other than strings: decoded again with any key allowed.
+            [ipc.KIND_INITIALIZE, 2, {"model_name": "m"}, {"n": {1: "one", -2: [b"x"]}}],
         ]
         for m in msgs:
             sup.send(m)
             self.assertEqual(stub.recv(1), m)
         stub.send([ipc.KIND_LOG, 0, "info", "é" * 100, "model.py", 12])
         self.assertEqual(sup.recv(1), [ipc.KIND_LOG, 0, "info", "é" * 100, "model.py", 12])
+        stub.send_frame(ipc.msgpack.packb([ipc.KIND_LOG, 0, "info", "pre-encoded", "model.py", 13]))
+        self.assertEqual(sup.recv(1), [ipc.KIND_LOG, 0, "info", "pre-encoded", "model.py", 13])
+        # An undecodable frame is consumed and refused; the next one reads.
+        sup.send_frame(b"\xc1")
+        with self.assertRaisesRegex(ipc.ProtocolError, "undecodable frame"):
+            stub.recv(1)
+        sup.send(msgs[0])
+        self.assertEqual(stub.recv(1), msgs[0])
 
     def test_stub_pid_written_at_attach(self):
         sup, _ = make_pair(self)
