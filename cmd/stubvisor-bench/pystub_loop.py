@@ -12,6 +12,14 @@ instructions per request, which the machine's load does not move
 Without valgrind it prints the best time per request of five runs.
 Inputs of at most ipc.INLINE_MAX bytes travel in the Execute message, as
 the supervisor sends them; PYSTUB_LOOP_ARENA=1 puts them in arena 0.
+
+The supervisor's side costs as little as it can, since in the server it
+is Go: it writes each Execute frame from bytes encoded once (the ids
+patched in) and reads each ExecuteDone as bytes, decoding only the first
+and comparing the others with it. PYSTUB_LOOP_MSGPACK=1 packs and unpacks
+both with msgpack instead, as the loop did until the stub's second round
+of work (about 35k instructions more per request, the same for every
+stub; docs/performance.md).
 """
 
 import json
@@ -75,16 +83,77 @@ def setup(case="add_sub"):
     return sup, host, inputs
 
 
+def _uint(n):
+    """A non-negative int as msgpack encodes it."""
+    if n < 128:
+        return bytes((n,))
+    if n < 0x100:
+        return bytes((0xCC, n))
+    if n < 0x10000:
+        return b"\xcd" + n.to_bytes(2, "big")
+    return ipc.msgpack.packb(n)
+
+
+def _frames(sup, inputs):
+    """send(i) and recv(): the supervisor's side of one request i as raw
+    frames, through the ring's own write and consume paths."""
+    rest = b"".join(ipc.msgpack.packb(x, use_bin_type=True) for x in ("", 0, 0, inputs, [], "", 0))
+    r = sup._in
+    mv = sup._mv
+
+    def send(u):
+        # [KIND_EXECUTE, i, [[i, "", 0, 0, inputs, [], "", 0]]], u: i encoded
+        sup._push_slow(b"\x93\x02" + u + b"\x91\x98" + u + rest)
+
+    def recv():
+        while True:
+            head = r.cursor
+            assert r.tail.value != head, "the stub sent nothing"
+            pos = head & r.mask
+            start = r.data_off + pos
+            n = int.from_bytes(mv[start:start + 4], "little")
+            if n == ipc.WRAP_MARKER:
+                sup._consumed(r, head + r.size - pos)
+                continue
+            data = bytes(mv[start + 4:start + 4 + n])
+            sup._consumed(r, head + ((n + 4 + 7) & ~7))
+            return data
+
+    return send, recv
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
     case = sys.argv[2] if len(sys.argv) > 2 else "add_sub"
     sup, host, inputs = setup(case)
 
-    def one(i):
-        sup.send([ipc.KIND_EXECUTE, i, [[i, "", 0, 0, inputs, [], "", 0]]])
+    if os.environ.get("PYSTUB_LOOP_MSGPACK"):
+        def one(i):
+            sup.send([ipc.KIND_EXECUTE, i, [[i, "", 0, 0, inputs, [], "", 0]]])
+            host._on_execute(host._next_command())
+            done = sup.recv(5)
+            assert done[0] == ipc.KIND_EXECUTE_DONE and done[2] is None, done
+    else:
+        send, recv = _frames(sup, inputs)
+        # The first answer is decoded and checked; every later one must be
+        # the same bytes but for the two ids.
+        send(_uint(1))
         host._on_execute(host._next_command())
-        done = sup.recv(5)
-        assert done[0] == ipc.KIND_EXECUTE_DONE and done[2] is None, done
+        first = recv()
+        done = ipc.msgpack.unpackb(first, raw=False)
+        assert done[0] == ipc.KIND_EXECUTE_DONE and done[2] is None and len(done[3]) == 1, done
+        assert done[3][0][0] == 1 and done[3][0][2] is None and done[3][0][3], done
+        # [67, 1, nil, [[1, <rest of the response>]]]
+        assert first[:6] == b"\x94\x43\x01\xc0\x91\x95", first[:6]
+        tail = first[7:]
+
+        def one(i):
+            u = _uint(i)
+            send(u)
+            host._on_execute(host._next_command())
+            got = recv()
+            if got != b"\x94\x43" + u + b"\xc0\x91\x95" + u + tail:
+                raise AssertionError("request %d: unexpected answer %r" % (i, ipc.msgpack.unpackb(got, raw=False)))
 
     one(0)
     if "valgrind" in os.environ.get("LD_PRELOAD", "") or os.environ.get("PYSTUB_LOOP_ONCE"):
