@@ -224,28 +224,29 @@ class ExecuteMixin:
             if (type(resp) is not _Response or resp._error is not None or resp._params
                     or req._send_state is not None or req._release_flags != _RELEASE_ALL):
                 return None
+            req._final = True  # (the general path sets it too, if this one gives up)
             requested = req._requested
             at = len(frame)
             frame.append(None)  # the response's start, once its outputs are counted
             for t in resp._outputs:
-                name = t._name
-                if requested and name not in requested:
+                if requested and t._name not in requested:
                     continue
                 array = t._np
-                if array is None or t._dtype == _BYTES:
+                if array is None:
                     return None
-                size = array.nbytes
-                shape = array.shape
-                if not size or size > _INLINE_MAX or size > room or not shape:
+                # b"" (falsy) for an output that does not travel inline.
+                head = heads.get((t._name, t._dtype, array.shape))
+                if head is None:
+                    head = _inline_head(t._name, t._dtype, array.shape, array.nbytes)
+                if not head:
                     return None
-                room -= size
-                head = heads.get((name, t._dtype, shape, size))
-                frame.append(head if head is not None else _inline_head(name, t._dtype, shape, size))
-                frame.append(array.tobytes())
+                data = array.tobytes()
+                room -= len(data)
+                if room < 0:
+                    return None
+                frame += (head, data)
             frame[at] = _final_response_open(req._handle, (len(frame) - at) >> 1)
             frame.append(_NO_PARAMETERS)
-        for req in requests:
-            req._final = True
         return b"".join(frame)
 
     def _left_to_sender(self, requests):

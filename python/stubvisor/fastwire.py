@@ -5,7 +5,7 @@ outputs that travel inline. Packing that message as nested lists costs
 msgpack about 400 instructions an element (12k for add_sub's 28); most of
 its bytes are the same from one request to the next. Here each output's
 descriptor up to its bytes ([name, data_type, shape, LOC_INLINE, 0, size]
-and the bin header) is encoded once per (name, data_type, shape, size) and
+and the bin header) is encoded once per (name, data_type, shape) and
 kept, and a message is the join of a few pieces.
 
 The bytes are exactly what msgpack.Packer(use_bin_type=True) makes of the
@@ -22,6 +22,7 @@ _FIXARRAY = [bytes((0x90 | i,)) for i in range(16)]
 _U16 = struct.Struct(">BH")
 _U32 = struct.Struct(">BI")
 _U64 = struct.Struct(">BQ")
+_BYTES = 13  # backendapi.TypeBytes
 _HEADS_MAX = 1024  # descriptor heads kept; a model with more shapes starts over
 
 
@@ -66,22 +67,28 @@ def _bin_header(n):
     return _U32.pack(0xC6, n)
 
 
-# (name, data_type, shape, size) -> inline_head's bytes; the hot path
-# looks here first and calls inline_head only when it misses.
+# (name, data_type, shape) -> inline_head's answer; the hot path looks
+# here first and calls inline_head only when it misses. The size is not in
+# the key: a fixed-size type and a shape give it.
 heads = {}
 
 
 def inline_head(name, dtype, shape, size):
-    """The bytes of an inline output's descriptor up to its data:
-    [name, dtype, shape, LOC_INLINE, 0, size, <bin header of size>]."""
-    key = (name, dtype, shape, size)
+    """The bytes of an inline output's descriptor up to its data, [name,
+    dtype, shape, LOC_INLINE, 0, size, <bin header of size>], or b"" when
+    such an output does not travel inline in the usual ExecuteDone
+    (BYTES, no elements, no dimensions, more than INLINE_MAX bytes)."""
+    key = (name, dtype, shape)
     head = heads.get(key)
     if head is None:
         if len(heads) >= _HEADS_MAX:
             heads.clear()
-        head = b"".join([b"\x97", _str(name), uint(dtype), array_header(len(shape))]
-                        + [uint(d) for d in shape]
-                        + [uint(ipc.LOC_INLINE), b"\x00", uint(size), _bin_header(size)])
+        if dtype == _BYTES or not size or not shape or size > ipc.INLINE_MAX:
+            head = b""
+        else:
+            head = b"".join([b"\x97", _str(name), uint(dtype), array_header(len(shape))]
+                            + [uint(d) for d in shape]
+                            + [uint(ipc.LOC_INLINE), b"\x00", uint(size), _bin_header(size)])
         heads[key] = head
     return head
 
