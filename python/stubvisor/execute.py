@@ -18,7 +18,6 @@ from .common import (
     _FINAL,
     _FrameTooLarge,
     _INLINE,
-    _INLINE_MAX,
     _INTERNAL,
     _K_EXECUTE_DONE,
     _K_RESPONSE,
@@ -33,23 +32,10 @@ from .fields import (
     O_REGION_ID,
     O_SIZE,
     RS_OUTPUTS,
-    R_CORRELATION_ID,
-    R_FLAGS,
-    R_HANDLE,
-    R_ID,
-    R_INPUTS,
     R_OUTPUT_TARGETS,
-    R_PARAMETERS_JSON,
-    R_REQUESTED_OUTPUTS,
-    R_TIMEOUT_MICROS,
     R_TRACE_CONTEXT,
-    T_DATA,
-    T_DATA_TYPE,
     T_LOC,
-    T_NAME,
     T_OFFSET,
-    T_REGION_ID,
-    T_SHAPE,
     T_SIZE,
 )
 from .fastwire import DONE_OPEN as _DONE_OPEN
@@ -83,47 +69,54 @@ class ExecuteMixin:
         on_device = None
         for w in msg[EXECUTE_REQUESTS]:
             # Tensors and the request are filled here slot by slot (what
-            # pb._tensor and pb._fill_request do, without their calls: this
-            # runs for every request and every input).
+            # pb._tensor and pb._fill_request do, without their calls),
+            # from the wire's arrays unpacked at once in the order of
+            # fields.REQUEST_FIELDS and TENSOR_FIELDS (test_fields checks
+            # it): this runs for every request and every input.
+            if len(w) == 8:  # no output targets, no trace context
+                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w
+                trace = _DEFAULT_TRACE
+            else:
+                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w[:8]
+                trace = _DEFAULT_TRACE
+                if len(w) > R_OUTPUT_TARGETS:
+                    if w[R_OUTPUT_TARGETS]:
+                        self._shm_targets[handle] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
+                                                     for o in w[R_OUTPUT_TARGETS]}
+                    if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
+                        trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
             inputs = []
             cuda = False
-            for t in w[R_INPUTS]:
+            for t in wire_inputs:
+                # Six elements, or seven: the region id of a client or
+                # CUDA tensor, the bytes of an inline one.
+                if len(t) != 7:
+                    t = t[:7] if len(t) > 7 else t + [None]
                 x = new_tensor(tensor_type)
-                x._name = t[T_NAME]
-                x._dtype = t[T_DATA_TYPE]
+                x._name, x._dtype, x._shape, loc, offset, size, extra = t
                 x._np = None
-                x._shape = t[T_SHAPE]
-                loc = t[T_LOC]
                 if loc == _INLINE:
                     # The bytes came in the message: the src holds them
                     # where an arena input's holds its offset, and their
                     # length is its size (as_numpy reads them unchecked).
-                    data = t[T_DATA]
-                    x._src = (loc, data, len(data))
+                    x._src = (loc, extra, len(extra))
                 elif loc < _CLIENT:
-                    x._src = (loc, t[T_OFFSET], t[T_SIZE])
+                    x._src = (loc, offset, size)
                 else:
                     cuda = cuda or loc == _CUDA
-                    x._src = (loc, (t[T_REGION_ID], t[T_OFFSET]), t[T_SIZE])
+                    x._src = (loc, (extra, offset), size)
                 inputs.append(x)
-            trace = _DEFAULT_TRACE
-            if len(w) > R_OUTPUT_TARGETS:
-                if w[R_OUTPUT_TARGETS]:
-                    self._shm_targets[w[R_HANDLE]] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
-                                                      for o in w[R_OUTPUT_TARGETS]}
-                if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
-                    trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
             if cuda:
                 on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
             r = new_request(request_type)
-            r._handle = w[R_HANDLE]
-            r._id = w[R_ID]
-            r._correlation_id = w[R_CORRELATION_ID]
-            r._flags = w[R_FLAGS]
+            r._handle = handle
+            r._id = request_id
+            r._correlation_id = correlation_id
+            r._flags = flags
             r._inputs = inputs
-            r._requested = w[R_REQUESTED_OUTPUTS]
-            r._params = w[R_PARAMETERS_JSON]
-            r._timeout = w[R_TIMEOUT_MICROS]
+            r._requested = requested
+            r._params = params
+            r._timeout = timeout
             r._model_name = model_name
             r._model_version = model_version
             r._preferred_memory = memory

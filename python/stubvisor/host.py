@@ -126,7 +126,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         self.initialized = False
         self.finalizing = False
 
-        self._reader = threading.Lock()
+        # Whoever reads the channel holds its own recv lock (and calls
+        # recv_held): one lock a message.
+        self._reader = channel.recv_lock
         self._cond = threading.Condition(threading.Lock())
         # Threads asleep on _cond in _wait; the main thread's reads notify
         # only when there are some (a notify costs about a microsecond).
@@ -250,7 +252,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             msg = None
             try:
                 if not commands:
-                    msg = self.ch.recv(None)
+                    msg = self.ch.recv_held(None)
             except _PeerDead:
                 _exit_now(1)
             finally:
@@ -341,7 +343,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                     with cond:
                         if ready():
                             return
-                    msg = self.ch.recv(_PUMP_SLICE)
+                    msg = self.ch.recv_held(_PUMP_SLICE)
                 except _PeerDead:
                     _exit_now(1)
                 finally:
@@ -367,7 +369,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         msgs = []
         try:
             while True:
-                msg = self.ch.recv(0)
+                msg = self.ch.recv_held(0)
                 if msg is None:
                     break
                 msgs.append(msg)

@@ -45,6 +45,13 @@ class PositionsTest(unittest.TestCase):
         self.assertEqual((fields.M_KIND, fields.M_ID), (0, 1))
         self.assertEqual(len(fields.MESSAGES), sum(1 for k in vars(ipc) if k.startswith("KIND_")))
 
+    def test_orders_the_execute_path_unpacks(self):
+        # stubvisor/execute.py unpacks a request's first eight elements and
+        # a tensor's seven by position.
+        self.assertEqual(fields.REQUEST_FIELDS[:8], ("handle", "id", "correlation_id", "flags", "inputs",
+                                                     "requested_outputs", "parameters_json", "timeout_micros"))
+        self.assertEqual(fields.TENSOR_FIELDS, ("name", "data_type", "shape", "loc", "offset", "size", "region_id"))
+
 
 if __name__ == "__main__":
     unittest.main()
