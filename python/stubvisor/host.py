@@ -84,6 +84,19 @@ from .lifecycle import LifecycleMixin
 from .responses import ResponsesMixin
 
 
+# Set in a child forked from this process: only then can a caller of
+# _check_owner be in another process than the Host's.
+_forked = False
+
+
+def _note_fork():
+    global _forked
+    _forked = True
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
 class _SharedMemoryShim:
     """c_python_backend_utils.shared_memory, which a few Triton test models
     poke; the pool here needs no manual collection."""
@@ -387,8 +400,10 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
 
     def _check_owner(self, what):
         """Raise a clear error when called from a process the model forked
-        instead of touching the stub's rings and arenas."""
-        if os.getpid() != self._owner_pid:
+        instead of touching the stub's rings and arenas. The pid is looked
+        up only after a fork (getpid is a system call, and every message
+        sent passes here)."""
+        if _forked and os.getpid() != self._owner_pid:
             raise pb.TritonModelException(
                 "%s is not supported in a process forked from the model's stub (pid %d, the stub is pid %d): "
                 "a forked child shares the stub's shared memory and must not use it; make the call in the stub's "
