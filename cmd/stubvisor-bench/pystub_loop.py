@@ -19,7 +19,8 @@ patched in) and reads each ExecuteDone as bytes, decoding only the first
 and comparing the others with it. PYSTUB_LOOP_MSGPACK=1 packs and unpacks
 both with msgpack instead, as the loop did until the stub's second round
 of work (about 35k instructions more per request, the same for every
-stub; docs/performance.md).
+stub; docs/performance.md). PYSTUB_LOOP_OPCODES=1 prints the bytecodes
+of one request per function instead.
 """
 
 import json
@@ -156,12 +157,37 @@ def main():
                 raise AssertionError("request %d: unexpected answer %r" % (i, ipc.msgpack.unpackb(got, raw=False)))
 
     one(0)
+    if os.environ.get("PYSTUB_LOOP_OPCODES"):
+        _opcodes(one)
+        return
     if "valgrind" in os.environ.get("LD_PRELOAD", "") or os.environ.get("PYSTUB_LOOP_ONCE"):
         for i in range(n):
             one(i)
         return
     best = min(_timed(one, n) for _ in range(5))
     print("python stub %s: %.2f us per request" % (case, best))
+
+
+def _opcodes(one):
+    """Print the bytecodes one request executes, per function (Python 3.11
+    spends about 60 instructions on each here)."""
+    import collections
+
+    counts = collections.Counter()
+
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            counts["%s:%s" % (os.path.basename(code.co_filename), code.co_name)] += 1
+        return tracer
+
+    sys.settrace(tracer)
+    one(1)
+    sys.settrace(None)
+    print("bytecodes per request: %d" % sum(counts.values()))
+    for name, n in counts.most_common():
+        print("%6d  %s" % (n, name))
 
 
 def _timed(one, n):
