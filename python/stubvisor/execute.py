@@ -58,75 +58,7 @@ class ExecuteMixin:
 
     def _on_execute(self, msg):
         batch_id = msg[M_ID]
-        new_tensor = pb._new_tensor
-        tensor_type = pb.Tensor
-        new_request = pb._new_request
-        request_type = pb.InferenceRequest
-        model_name = self.model_name
-        model_version = self.model_version
-        memory = pb._DEFAULT_PREFERRED_MEMORY
-        requests = []
-        on_device = None
-        for w in msg[EXECUTE_REQUESTS]:
-            # Tensors and the request are filled here slot by slot (what
-            # pb._tensor and pb._fill_request do, without their calls),
-            # from the wire's arrays unpacked at once in the order of
-            # fields.REQUEST_FIELDS and TENSOR_FIELDS (test_fields checks
-            # it): this runs for every request and every input.
-            if len(w) == 8:  # no output targets, no trace context
-                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w
-                trace = _DEFAULT_TRACE
-            else:
-                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w[:8]
-                trace = _DEFAULT_TRACE
-                if len(w) > R_OUTPUT_TARGETS:
-                    if w[R_OUTPUT_TARGETS]:
-                        self._shm_targets[handle] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
-                                                     for o in w[R_OUTPUT_TARGETS]}
-                    if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
-                        trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
-            inputs = []
-            cuda = False
-            for t in wire_inputs:
-                # Six elements, or seven: the region id of a client or
-                # CUDA tensor, the bytes of an inline one.
-                if len(t) != 7:
-                    t = t[:7] if len(t) > 7 else t + [None]
-                x = new_tensor(tensor_type)
-                x._name, x._dtype, x._shape, loc, offset, size, extra = t
-                x._np = None
-                if loc == _INLINE:
-                    # The bytes came in the message: the src holds them
-                    # where an arena input's holds its offset, and their
-                    # length is its size (as_numpy reads them unchecked).
-                    x._src = (loc, extra, len(extra))
-                elif loc < _CLIENT:
-                    x._src = (loc, offset, size)
-                else:
-                    cuda = cuda or loc == _CUDA
-                    x._src = (loc, (extra, offset), size)
-                inputs.append(x)
-            if cuda:
-                on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
-            r = new_request(request_type)
-            r._handle = handle
-            r._id = request_id
-            r._correlation_id = correlation_id
-            r._flags = flags
-            r._inputs = inputs
-            r._requested = requested
-            r._params = params
-            r._timeout = timeout
-            r._model_name = model_name
-            r._model_version = model_version
-            r._preferred_memory = memory
-            r._trace = trace
-            r._sender = None
-            r._send_state = None
-            r._release_flags = _RELEASE_ALL
-            r._rt = self
-            r._final = False
-            requests.append(r)
+        requests, on_device = self._requests(msg)
         try:
             if on_device:
                 self._inputs_to_host(on_device)
@@ -199,6 +131,80 @@ class ExecuteMixin:
                 self._cancelled.discard(req._handle)
         if self._pending_free:
             self._flush_frees()
+
+    def _requests(self, msg):
+        """The pb_utils requests of an Execute, and the inputs of theirs
+        that live in CUDA memory (None when none do)."""
+        new_tensor = pb._new_tensor
+        tensor_type = pb.Tensor
+        new_request = pb._new_request
+        request_type = pb.InferenceRequest
+        model_name = self.model_name
+        model_version = self.model_version
+        memory = pb._DEFAULT_PREFERRED_MEMORY
+        requests = []
+        on_device = None
+        for w in msg[EXECUTE_REQUESTS]:
+            # Tensors and the request are filled here slot by slot (what
+            # pb._tensor and pb._fill_request do, without their calls),
+            # from the wire's arrays unpacked at once in the order of
+            # fields.REQUEST_FIELDS and TENSOR_FIELDS (test_fields checks
+            # it): this runs for every request and every input.
+            if len(w) == 8:  # no output targets, no trace context
+                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w
+                trace = _DEFAULT_TRACE
+            else:
+                handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w[:8]
+                trace = _DEFAULT_TRACE
+                if len(w) > R_OUTPUT_TARGETS:
+                    if w[R_OUTPUT_TARGETS]:
+                        self._shm_targets[handle] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
+                                                     for o in w[R_OUTPUT_TARGETS]}
+                    if len(w) > R_TRACE_CONTEXT and w[R_TRACE_CONTEXT]:
+                        trace = pb.InferenceTrace(w[R_TRACE_CONTEXT])
+            inputs = []
+            cuda = False
+            for t in wire_inputs:
+                # Six elements, or seven: the region id of a client or
+                # CUDA tensor, the bytes of an inline one.
+                if len(t) != 7:
+                    t = t[:7] if len(t) > 7 else t + [None]
+                x = new_tensor(tensor_type)
+                x._name, x._dtype, x._shape, loc, offset, size, extra = t
+                x._np = None
+                if loc == _INLINE:
+                    # The bytes came in the message: the src holds them
+                    # where an arena input's holds its offset, and their
+                    # length is its size (as_numpy reads them unchecked).
+                    x._src = (loc, extra, len(extra))
+                elif loc < _CLIENT:
+                    x._src = (loc, offset, size)
+                else:
+                    cuda = cuda or loc == _CUDA
+                    x._src = (loc, (extra, offset), size)
+                inputs.append(x)
+            if cuda:
+                on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
+            r = new_request(request_type)
+            r._handle = handle
+            r._id = request_id
+            r._correlation_id = correlation_id
+            r._flags = flags
+            r._inputs = inputs
+            r._requested = requested
+            r._params = params
+            r._timeout = timeout
+            r._model_name = model_name
+            r._model_version = model_version
+            r._preferred_memory = memory
+            r._trace = trace
+            r._sender = None
+            r._send_state = None
+            r._release_flags = _RELEASE_ALL
+            r._rt = self
+            r._final = False
+            requests.append(r)
+        return requests, on_device
 
     def _usual_done(self, batch_id, requests, returned):
         """The ExecuteDone frame of the usual batch, encoded by fastwire:
