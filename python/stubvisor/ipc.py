@@ -10,7 +10,10 @@ package ipc; TestConstantsMatchPython in ipc/ fails when the two drift.
 Why ctypes rather than the mmap module: the region is mapped once at its
 full reserved size while the file behind it grows, and mmap.mmap refuses a
 length past the end of the file. Why libatomic: the wake-up handshake needs
-full-fence stores, which pure Python cannot issue on shared memory.
+full-fence stores, which pure Python cannot issue on shared memory (on
+x86-64 the ring indices use a plain store and a lock instead, which is
+cheaper: see _publisher64; the sleep flags and other machines keep
+libatomic).
 
 Threads: send() may be called from any thread (a lock serialises it);
 recv() admits one thread at a time. Views returned by view() alias the
