@@ -87,10 +87,11 @@ func (g *GRPCServer) SystemSharedMemoryStatus(ctx context.Context, req *pb.Syste
 	return out, nil
 }
 
+// SystemSharedMemoryRegister and CudaSharedMemoryRegister take the region
+// name as sent: Triton's gRPC front end, unlike its HTTP one, does not
+// require one, and an invalid CUDA handle gets the registry's "invalid
+// args" answer whatever the name.
 func (g *GRPCServer) SystemSharedMemoryRegister(ctx context.Context, req *pb.SystemSharedMemoryRegisterRequest) (*pb.SystemSharedMemoryRegisterResponse, error) {
-	if req.GetName() == "" {
-		return nil, grpcError(invalidArg("'region name' is necessary to register system shared memory region"))
-	}
 	if err := g.backend.RegisterSystemSharedMemory(ctx, req.GetName(), req.GetKey(), req.GetOffset(), req.GetByteSize()); err != nil {
 		return nil, grpcError(err)
 	}
@@ -117,9 +118,6 @@ func (g *GRPCServer) CudaSharedMemoryStatus(ctx context.Context, req *pb.CudaSha
 }
 
 func (g *GRPCServer) CudaSharedMemoryRegister(ctx context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
-	if req.GetName() == "" {
-		return nil, grpcError(invalidArg("'region name' is necessary to register cuda shared memory region"))
-	}
 	if err := g.backend.RegisterCUDASharedMemory(ctx, req.GetName(), req.GetRawHandle(), req.GetDeviceId(), req.GetByteSize()); err != nil {
 		return nil, grpcError(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/stubvisor/stubvisor/backendapi"
+
 	"github.com/stubvisor/stubvisor/supervisor/cuda"
 )
 
@@ -46,12 +48,14 @@ type cudaRegion struct {
 // openCUDARegion opens rawHandle on device deviceID and checks that
 // byteSize fits the allocation (cuMemGetAddressRange).
 func openCUDARegion(rawHandle []byte, deviceID int64, byteSize uint64) (*cudaRegion, error) {
+	// A handle of the wrong size is refused before the driver is looked
+	// for: it is invalid with or without a GPU.
+	if len(rawHandle) != cuda.HandleSize {
+		return nil, errCUDAHandleSize
+	}
 	d, err := CUDADriver()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errNoGPU, err)
-	}
-	if len(rawHandle) != cuda.HandleSize {
-		return nil, errCUDAHandleSize
 	}
 	if deviceID < 0 || deviceID >= int64(d.DeviceCount()) {
 		return nil, fmt.Errorf("invalid device id %d (%d CUDA devices): %w", deviceID, d.DeviceCount(), cuda.ErrInvalidDevice)
@@ -73,16 +77,18 @@ func (c *cudaRegion) close() {
 	}
 }
 
-// cudaReason is the tail of the register error text: Triton's "GPUs not
-// supported" when there is no driver or device, else what went wrong.
-func cudaReason(err error) string {
+// cudaRegisterError is Triton's answer to a refused CUDA registration.
+// Triton tells the client only "invalid args" and logs the cause: a handle
+// the driver cannot open (garbage, the wrong size over gRPC, a device that
+// does not exist) names no region, a byte_size past the allocation names
+// it. Without a driver or device the answer is that of a Triton built
+// without GPU support.
+func cudaRegisterError(name string, err error) error {
 	switch {
 	case errors.Is(err, errNoGPU):
-		return "GPUs not supported"
-	case errors.Is(err, errCUDAHandleSize):
-		return "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
-	case errors.Is(err, cuda.ErrInvalidHandle), errors.Is(err, cuda.ErrInvalidValue):
-		return "failed to open CUDA IPC handle: " + err.Error()
+		return backendapi.Errorf(backendapi.InvalidArg, "failed to register CUDA shared memory region: '%s', GPUs not supported", name)
+	case errors.Is(err, cuda.ErrOutOfRange):
+		return backendapi.Errorf(backendapi.InvalidArg, "failed to register shared memory region '%s': invalid args", name)
 	}
-	return err.Error()
+	return backendapi.Errorf(backendapi.InvalidArg, "failed to register shared memory region: invalid args")
 }

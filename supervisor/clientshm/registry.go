@@ -319,8 +319,8 @@ func (c *Registry) RegisterSystem(name, key string, offset, byteSize uint64) err
 func (c *Registry) RegisterCUDA(name string, rawHandle []byte, deviceID int64, byteSize uint64) error {
 	cr, err := openCUDARegion(rawHandle, deviceID, byteSize)
 	if err != nil {
-		c.debug("register CUDA shared memory", "name", name, "error", err)
-		return backendapi.Errorf(backendapi.InvalidArg, "failed to register CUDA shared memory region: '%s', %s", name, cudaReason(err))
+		c.logError("failed to register CUDA shared memory", "name", name, "error", err)
+		return cudaRegisterError(name, err)
 	}
 	r := &Region{name: name, size: byteSize, deviceID: deviceID, cuda: cr}
 	if err := c.register(r); err != nil {
@@ -354,6 +354,14 @@ func (c *Registry) CUDAStatus(name string) ([]backendapi.CUDASharedMemoryRegion,
 		out = append(out, backendapi.CUDASharedMemoryRegion{Name: r.name, DeviceID: r.deviceID, ByteSize: r.size})
 	}
 	return out, nil
+}
+
+// logError logs the cause of a refusal whose answer to the client does not
+// carry it.
+func (c *Registry) logError(msg string, args ...any) {
+	if c.Log != nil {
+		c.Log.Error(msg, args...)
+	}
 }
 
 func (c *Registry) debug(msg string, args ...any) {
