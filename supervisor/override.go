@@ -16,11 +16,16 @@ import (
 // request may lead a write anywhere else.
 
 // checkModelName refuses a model name that is not a single path
-// element: the name becomes a directory name (file overrides), so '/',
-// '\\', NUL, "." and ".." could name another place.
+// element, with Triton's texts: the name becomes a directory name (file
+// overrides), so '/', '\\', NUL, "." and ".." could name another place.
+// Triton refuses only ".." and '/' this way; the others are ours.
 func checkModelName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
-		return backendapi.Errorf(backendapi.InvalidArg, "failed to load '%s': invalid model name: a model name is one directory name, without '/', '\\', NUL, or '.' and '..'", name)
+	trimmed := strings.TrimSpace(name)
+	if trimmed == "" {
+		return backendapi.Errorf(backendapi.InvalidArg, "Model name cannot be empty. Please enter a valid name to deploy.")
+	}
+	if trimmed == "." || trimmed == ".." || strings.ContainsAny(name, "/\\\x00") {
+		return backendapi.Errorf(backendapi.InvalidArg, "invalid model name '%s', model name must not contain path traversal characters", name)
 	}
 	return nil
 }
@@ -41,8 +46,9 @@ func (s *Supervisor) writeOverride(name string, files map[string][]byte) (string
 	dir := filepath.Join(s.opts.CacheDir, "override", name+"-"+hex.EncodeToString(h.Sum(nil))[:16], name)
 	fail := func(err error) (string, error) {
 		// A path the file system refuses (a name over NAME_MAX, say) is
-		// Triton's repository poll failure.
-		return "", backendapi.Errorf(backendapi.Internal, "failed to load '%s': failed to poll from model repository: %v", name, err)
+		// Triton's repository poll failure; the cause goes to the log.
+		s.log.Error("failed to write the load request's files", "model", name, "error", err)
+		return "", pollFailed(name)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fail(err)

@@ -211,6 +211,9 @@ func (s *Supervisor) loadLocked(name string, opts backendapi.LoadOptions, chain 
 	// A model that is not in any repository is created from a load request
 	// that brings its config and files, as in Triton.
 	if err != nil && !(errors.Is(err, errNotInRepository) && len(opts.Files) > 0) {
+		if errors.Is(err, errNotInRepository) {
+			return pollFailed(name)
+		}
 		return err
 	}
 	if len(opts.Files) > 0 {
@@ -331,8 +334,15 @@ func (s *Supervisor) modelDir(name string) (string, error) {
 	return "", errNotInRepository
 }
 
-// errNotInRepository is Triton's text for a model no repository holds.
+// errNotInRepository is the reason a model no repository holds cannot be
+// loaded; a load answers it with pollFailed.
 var errNotInRepository = backendapi.Errorf(backendapi.InvalidArg, "failed to poll from model repository")
+
+// pollFailed is Triton's answer (an internal error) to a load of a model
+// that no repository holds, or whose file overrides cannot be written.
+func pollFailed(name string) error {
+	return backendapi.Errorf(backendapi.Internal, "failed to load '%s', failed to poll from model repository", name)
+}
 
 // readConfig reads config.pbtxt (or the override), runs the model's
 // auto_complete_config when it has one, and normalizes and validates the

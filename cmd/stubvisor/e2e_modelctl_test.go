@@ -85,7 +85,7 @@ func TestModelLoadingAPI(t *testing.T) {
 		{"load", map[string]any{"op": "load", "model": "identity_fp32"}, true, ""},
 		{"is_ready after load", map[string]any{"op": "is_ready", "model": "identity_fp32", "version": "1"}, true, ""},
 		{"load of a model not in the repository", map[string]any{"op": "load", "model": "no_such_model"}, false,
-			"failed to poll from model repository"},
+			"failed to load 'no_such_model', failed to poll from model repository"},
 		{"files without config", map[string]any{"op": "load", "model": "identity_fp32", "file:1/model.py": doubleModel}, false,
 			"failed to load 'identity_fp32', the model configuration must be provided when model files are provided"},
 	}

@@ -87,14 +87,15 @@ func TestLoadOverrideConfined(t *testing.T) {
 		// (and, without a version directory, the load fails).
 		{"absolute", "identity_fp32", map[string]string{"file:" + outside + "/x.py": model}, 400, "at least one version must be available"},
 		{"no version directory", "identity_fp32", map[string]string{"file:": model}, 400, "invalid file parameter 'file:'"},
-		{"name over NAME_MAX", "identity_fp32", map[string]string{"file:1/" + strings.Repeat("n", 300): model}, 500, "failed to poll from model repository"},
+		{"name over NAME_MAX", "identity_fp32", map[string]string{"file:1/" + strings.Repeat("n", 300): model}, 500, "failed to load 'identity_fp32', failed to poll from model repository"},
 		// os.Root walks a path one directory at a time, so a path longer
 		// than PATH_MAX is written, inside.
 		{"path over PATH_MAX", "identity_fp32", map[string]string{"file:1/model.py": model, "file:1/" + strings.Repeat("d/", 2100) + "m.py": model}, 200, ""},
 		{"through a planted symlink", "identity_fp32", map[string]string{"file:1/model.py": model,
-			"file:1/x/data.bin": base64.StdEncoding.EncodeToString([]byte("data"))}, 500, "failed to poll from model repository"},
+			"file:1/x/data.bin": base64.StdEncoding.EncodeToString([]byte("data"))}, 500, "failed to load 'identity_fp32', failed to poll from model repository"},
 		{"model name climbing out", "../../" + filepath.Base(outside) + "/m", map[string]string{"file:1/model.py": model}, 400, "invalid model name"},
-		{"model name dot dot", "..", map[string]string{"file:1/model.py": model}, 400, "invalid model name"},
+		{"model name dot dot", "..", map[string]string{"file:1/model.py": model}, 400, "invalid model name '..', model name must not contain path traversal characters"},
+		{"model name of spaces", "%20%20", map[string]string{"file:1/model.py": model}, 400, "Model name cannot be empty. Please enter a valid name to deploy."},
 		{"model name with a backslash", `a\b`, map[string]string{"file:1/model.py": model}, 400, "invalid model name"},
 	}
 	for _, c := range cases {

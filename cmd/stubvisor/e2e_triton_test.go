@@ -364,9 +364,18 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 	code, b = s.postJSON("/v2/repository/models/"+strings.Repeat("n", 10)+"/load", map[string]any{"parameters": map[string]any{
 		"config": "{}", "file:" + strings.Repeat("A", 256): "YQ==",
 	}})
-	if code != 500 || !strings.Contains(string(b), "failed to poll from model repository") {
-		t.Fatalf("file name over NAME_MAX: %d %s", code, b)
+	if want := "failed to load 'nnnnnnnnnn', failed to poll from model repository"; code != 500 || httpErrorText(t, b) != want {
+		t.Fatalf("file name over NAME_MAX: %d %s, want 500 %q", code, b, want)
 	}
+	// A model that no repository holds, over HTTP and gRPC (NVIDIA's
+	// lifecycle test reads this text).
+	const unknown = "failed to load 'unknown_model', failed to poll from model repository"
+	if code, b := s.postJSON("/v2/repository/models/unknown_model/load", map[string]any{}); code != 500 || httpErrorText(t, b) != unknown {
+		t.Fatalf("HTTP load of an unknown model: %d %s, want 500 %q", code, b, unknown)
+	}
+	_, client := grpcClient(t, s)
+	_, err = client.RepositoryModelLoad(callCtx(t), &pb.RepositoryModelLoadRequest{ModelName: "unknown_model"})
+	wantStatus(t, err, codes.Internal, unknown)
 	if code, _, _ := s.do("GET", "/v2/health/live", nil); code != 200 {
 		t.Fatal("server not live after a refused load")
 	}
