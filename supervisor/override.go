@@ -17,14 +17,15 @@ import (
 
 // checkModelName refuses a model name that is not a single path
 // element, with Triton's texts: the name becomes a directory name (file
-// overrides), so '/', '\\', NUL, "." and ".." could name another place.
-// Triton refuses only ".." and '/' this way; the others are ours.
+// overrides), so '/', NUL, "." and ".." could name another place. Triton
+// refuses only ".." and '/' this way; NUL and "." are ours. (A Python
+// model's name has more rules: checkStubName.)
 func checkModelName(name string) error {
 	trimmed := strings.TrimSpace(name)
 	if trimmed == "" {
 		return backendapi.Errorf(backendapi.InvalidArg, "Model name cannot be empty. Please enter a valid name to deploy.")
 	}
-	if trimmed == "." || trimmed == ".." || strings.ContainsAny(name, "/\\\x00") {
+	if trimmed == "." || trimmed == ".." || strings.ContainsAny(name, "/\x00") {
 		return backendapi.Errorf(backendapi.InvalidArg, "invalid model name '%s', model name must not contain path traversal characters", name)
 	}
 	return nil

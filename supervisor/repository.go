@@ -369,6 +369,11 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 	if err != nil {
 		return nil, err
 	}
+	if backendFile != "" || modelconfig.Kind(cfg) == modelconfig.KindPython {
+		if err := checkStubName(name); err != nil {
+			return nil, err
+		}
+	}
 	if (backendFile != "" || modelconfig.Kind(cfg) == modelconfig.KindPython) && s.opts.AutoCompleteConfig {
 		if cfg, err = s.autoComplete(cfg, dir, backendFile); err != nil {
 			return nil, err
@@ -387,6 +392,19 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// stubNameInvalidChars are the characters Triton's Python backend refuses
+// in a stub's name (the model's name), as a guard for the shell.
+const stubNameInvalidChars = ";|&$`<>()[]{}\\\"'*?~#!"
+
+// checkStubName refuses a Python model whose name Triton's Python backend
+// would not start a stub for, with its text.
+func checkStubName(name string) error {
+	if strings.ContainsAny(name, stubNameInvalidChars) {
+		return backendapi.Errorf(backendapi.InvalidArg, "Invalid stub name: contains invalid characters")
+	}
+	return nil
 }
 
 // autoComplete runs TritonPythonModel.auto_complete_config in a throwaway

@@ -11,9 +11,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -96,7 +98,6 @@ func TestLoadOverrideConfined(t *testing.T) {
 		{"model name climbing out", "../../" + filepath.Base(outside) + "/m", map[string]string{"file:1/model.py": model}, 400, "invalid model name"},
 		{"model name dot dot", "..", map[string]string{"file:1/model.py": model}, 400, "invalid model name '..', model name must not contain path traversal characters"},
 		{"model name of spaces", "%20%20", map[string]string{"file:1/model.py": model}, 400, "Model name cannot be empty. Please enter a valid name to deploy."},
-		{"model name with a backslash", `a\b`, map[string]string{"file:1/model.py": model}, 400, "invalid model name"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,6 +110,24 @@ func TestLoadOverrideConfined(t *testing.T) {
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 		t.Errorf("a load request wrote outside its directory: %v", ents)
 	}
+	// A Python model's name must also be one Triton's Python backend starts
+	// a stub for (NVIDIA's model_control test loads these with their own
+	// config and model.py).
+	t.Run("Python model names", func(t *testing.T) {
+		for _, name := range []string{`model\test`, "model;test", "model`test`", "model(test)", "model!test"} {
+			cfg := strings.Replace(identityConfig, `"identity_fp32"`, strconv.Quote(name), 1)
+			code, body := s.postJSON("/v2/repository/models/"+url.PathEscape(name)+"/load", map[string]any{"parameters": map[string]any{
+				"config": cfg, "file:1/model.py": model}})
+			if want := "failed to load '" + name + "': Invalid stub name: contains invalid characters"; code != 400 || errorText(body) != want {
+				t.Errorf("%s: %d %s, want 400 %q", name, code, body, want)
+			}
+		}
+		cfg := strings.Replace(identityConfig, `"identity_fp32"`, `"model-with_hyphens"`, 1)
+		if code, body := s.postJSON("/v2/repository/models/model-with_hyphens/load", map[string]any{"parameters": map[string]any{
+			"config": cfg, "file:1/model.py": model}}); code != 200 {
+			t.Errorf("model-with_hyphens: %d %s", code, body)
+		}
+	})
 	t.Run("gRPC model name", func(t *testing.T) {
 		_, client := grpcClient(t, s)
 		_, err := client.RepositoryModelLoad(callCtx(t), &pb.RepositoryModelLoadRequest{ModelName: "../escape",
