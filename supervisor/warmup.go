@@ -43,7 +43,8 @@ func (inst *instance) warmup(p *stubproc.Proc) (time.Duration, error) {
 		for i := 1; i <= int(max(w.GetCount(), 1)); i++ {
 			inst.log.Debug(fmt.Sprintf("model '%s' instance %s is running warmup sample '%s' for iteration %d", mv.name, inst.name, w.GetName(), i))
 			if err := inst.warmupOnce(p, req, int(max(w.GetBatchSize(), 1))); err != nil {
-				return 0, backendapi.Errorf(backendapi.CodeOf(err), "failed to run warmup sample '%s': %s", w.GetName(), backendapi.MessageOf(err))
+				// Triton's text: each response error followed by "; ".
+				return 0, backendapi.Errorf(backendapi.CodeOf(err), "failed to run warmup sample '%s': %s; ", w.GetName(), backendapi.MessageOf(err))
 			}
 		}
 	}

@@ -157,7 +157,7 @@ func TestWarmup(t *testing.T) {
 
 	t.Run("a failing warmup fails the load", func(t *testing.T) {
 		code, body := s.postJSON("/v2/repository/models/warm_fails/load", map[string]any{})
-		want := "failed to load 'warm_fails': failed to run warmup sample 'zero sample': An Error Occurred;"
+		want := "failed to load 'warm_fails': failed to run warmup sample 'zero sample': An Error Occurred; "
 		if code == 200 || httpErrorText(t, body) != want {
 			t.Errorf("load: %d %s, want %q", code, body, want)
 		}
