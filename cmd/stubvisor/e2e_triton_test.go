@@ -301,6 +301,8 @@ func TestTritonFlags(t *testing.T) {
 		{[]string{"--http-max-input-size=-1024"}, "Error: --http-max-input-size must be greater than 0."},
 		{[]string{"--backend-config=python,shm-default-byte-size=lots"}, "stubvisor: invalid --backend-config \"python,shm-default-byte-size=lots\": shm-default-byte-size must be a positive number of bytes"},
 		{[]string{"--http-header-forward-pattern", "(unclosed"}, ""},
+		{[]string{"--grpc-infer-thread-count=1"}, `stubvisor: invalid value "1" for flag -grpc-infer-thread-count: invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.`},
+		{[]string{"--grpc-infer-thread-count=129"}, `stubvisor: invalid value "129" for flag -grpc-infer-thread-count: invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.`},
 	} {
 		bad := tc.bad
 		t.Run("refuses "+strings.Join(bad, " "), func(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -32,6 +33,18 @@ var ignoredTritonFlags = []string{
 	"allow-sagemaker", "allow-vertex-ai", "grpc-infer-response-compression-level",
 }
 
+// ignoredFlagChecks refuse, with tritonserver's text, the values of ignored
+// flags that tritonserver refuses, so that a launch script that would not
+// start Triton does not start this server either.
+var ignoredFlagChecks = map[string]func(string) error{
+	"grpc-infer-thread-count": func(v string) error {
+		if n, err := strconv.Atoi(v); err != nil || n < 2 || n > 128 {
+			return errors.New("invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.")
+		}
+		return nil
+	},
+}
+
 // tritonFlags holds what the Triton spellings set until they are applied.
 type tritonFlags struct {
 	backendConfig listFlag
@@ -60,6 +73,11 @@ func (t *tritonFlags) register(fs *flag.FlagSet, c *config) {
 	c.registerFeatures(fs)
 	for _, name := range ignoredTritonFlags {
 		fs.Func(name, "tritonserver flag accepted and ignored (no effect in stubvisor)", func(v string) error {
+			if check := ignoredFlagChecks[name]; check != nil {
+				if err := check(v); err != nil {
+					return err
+				}
+			}
 			t.ignored = append(t.ignored, name+"="+v)
 			return nil
 		})
