@@ -41,8 +41,15 @@ class Skipped(Exception):
     pass
 
 
+# The system shared-memory regions the checks create are named
+# <prefix><pid>_<name> in /dev/shm; the project's own test of this script
+# picks a prefix its leak checks know to be a client's.
+SHM_PREFIX = os.environ.get("GPUCHECK_SHM_PREFIX", "gpucheck_")
+
+
 # ---------------------------------------------------------------------------
 # The server.
+
 
 class Server:
     def __init__(self, binary, models, python, libcuda, workdir):
@@ -228,7 +235,7 @@ class Regions:
         return r
 
     def system(self, name, size):
-        key = "/gpucheck_%d_%s" % (os.getpid(), name)
+        key = "/%s%d_%s" % (SHM_PREFIX, os.getpid(), name)
         fd = os.open("/dev/shm" + key, os.O_CREAT | os.O_RDWR | os.O_EXCL, 0o600)
         os.ftruncate(fd, size)
         mm = mmap.mmap(fd, size)

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"github.com/stubvisor/stubvisor/shmpool/shmtest"
 	"github.com/stubvisor/stubvisor/supervisor/cuda/cudatest"
 )
 
@@ -30,6 +32,9 @@ func TestGPUCheckScriptOnTheFakeDriver(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, "/usr/bin/python3", script, "--bin", binPath, "--libcuda", fake,
 		"--python", "/usr/bin/python3", "--budget", "200")
+	// Its regions carry the client prefix, so the leak checks of packages
+	// tested at the same time do not take them for their own.
+	cmd.Env = append(os.Environ(), "GPUCHECK_SHM_PREFIX="+shmtest.ClientRegionPrefix+"gpucheck_")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	out, err := cmd.CombinedOutput()
