@@ -19,7 +19,7 @@ import (
 // element, with Triton's texts: the name becomes a directory name (file
 // overrides), so '/', NUL, "." and ".." could name another place. Triton
 // refuses only ".." and '/' this way; NUL and "." are ours. (A Python
-// model's name has more rules: checkStubName.)
+// model's name has more rules: stubNameInvalidChars.)
 func checkModelName(name string) error {
 	trimmed := strings.TrimSpace(name)
 	if trimmed == "" {

@@ -370,13 +370,13 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 		return nil, err
 	}
 	if backendFile != "" || modelconfig.Kind(cfg) == modelconfig.KindPython {
-		if err := checkStubName(name); err != nil {
-			return nil, err
+		if strings.ContainsAny(name, stubNameInvalidChars) {
+			return nil, backendapi.Errorf(backendapi.InvalidArg, "Invalid stub name: contains invalid characters")
 		}
-	}
-	if (backendFile != "" || modelconfig.Kind(cfg) == modelconfig.KindPython) && s.opts.AutoCompleteConfig {
-		if cfg, err = s.autoComplete(cfg, dir, backendFile); err != nil {
-			return nil, err
+		if s.opts.AutoCompleteConfig {
+			if cfg, err = s.autoComplete(cfg, dir, backendFile); err != nil {
+				return nil, err
+			}
 		}
 	}
 	check := func() error {
@@ -397,15 +397,6 @@ func (s *Supervisor) readConfig(name, dir, overrideJSON string) (*inferencepb.Mo
 // stubNameInvalidChars are the characters Triton's Python backend refuses
 // in a stub's name (the model's name), as a guard for the shell.
 const stubNameInvalidChars = ";|&$`<>()[]{}\\\"'*?~#!"
-
-// checkStubName refuses a Python model whose name Triton's Python backend
-// would not start a stub for, with its text.
-func checkStubName(name string) error {
-	if strings.ContainsAny(name, stubNameInvalidChars) {
-		return backendapi.Errorf(backendapi.InvalidArg, "Invalid stub name: contains invalid characters")
-	}
-	return nil
-}
 
 // autoComplete runs TritonPythonModel.auto_complete_config in a throwaway
 // stub, as Triton does, when the model defines it. backendFile is the

@@ -80,8 +80,14 @@ func (s *Signature) output(name string) *ioSpec {
 // without batching).
 func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err error) {
 	batch = 1
-	// Triton checks the number of inputs first, so a request short of an
-	// input is told what is missing even when another input is also wrong.
+	// Triton checks the names first, then the number of inputs, then each
+	// input: a request short of an input is told what is missing even when
+	// another input has the wrong type.
+	for i := range req.Inputs {
+		if name := req.Inputs[i].Name; s.input(name) == nil || s.controlInputs[name] {
+			return 0, backendapi.Errorf(backendapi.InvalidArg, "unexpected inference input '%s' for model '%s'", name, s.model)
+		}
+	}
 	required, total := s.inputCounts()
 	if n := len(req.Inputs); n < required || n > total {
 		return 0, s.missingInputs(req, required, total)
@@ -90,9 +96,6 @@ func (s *Signature) Validate(req *backendapi.InferRequest) (batch int64, err err
 	for i := range req.Inputs {
 		in := &req.Inputs[i]
 		spec := s.input(in.Name)
-		if spec == nil || s.controlInputs[in.Name] {
-			return 0, backendapi.Errorf(backendapi.InvalidArg, "unexpected inference input '%s' for model '%s'", in.Name, s.model)
-		}
 		if seen[in.Name] {
 			return 0, backendapi.Errorf(backendapi.InvalidArg, "input '%s' is specified more than once for model '%s'", in.Name, s.model)
 		}
