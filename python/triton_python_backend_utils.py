@@ -1278,18 +1278,30 @@ def _incoming_request(rt, handle, request_id, correlation_id, flags, inputs, req
 
 class ResponseIterator:
     """Iterates the responses of a decoupled BLS request. The last response
-    carries the FINAL flag and may have no outputs."""
+    carries the FINAL flag and may have no outputs. As in Triton, the
+    iterator keeps what it has returned: once the stream has ended, a new
+    iteration (iter(), a for loop) replays every response from the first,
+    so their outputs stay in the arena while the iterator lives."""
 
     def __init__(self, *args, **kwargs):
         raise TypeError("ResponseIterator cannot be created directly; use exec(decoupled=True)")
 
     def __iter__(self):
+        if self._ended:
+            self._next = 0
         return self
 
     def __next__(self):
-        response = self._call.next_response()
+        taken = self._taken
+        if self._next < len(taken):
+            self._next += 1
+            return taken[self._next - 1]
+        response = None if self._ended else self._call.next_response()
         if response is None:
+            self._ended = True
             raise StopIteration
+        taken.append(response)
+        self._next += 1
         return response
 
     def cancel(self):
@@ -1299,6 +1311,9 @@ class ResponseIterator:
 def _response_iterator(call):
     it = ResponseIterator.__new__(ResponseIterator)
     it._call = call
+    it._taken = []
+    it._next = 0
+    it._ended = False
     return it
 
 

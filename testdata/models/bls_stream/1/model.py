@@ -7,7 +7,8 @@ which streams TICKS until cancelled) instead, forwards its ticks as OUT,
 and calls ResponseIterator.cancel() after n of them; the stream goes on
 until the callee ends it.
 Either way the last response carries CANCELLED: whether the callee's
-stream ended with a CANCELLED error.
+stream ended with a CANCELLED error. Without CANCEL_AFTER, a second loop
+over the ended stream must replay all of it (outputs plus the bare final).
 """
 
 import numpy as np
@@ -58,6 +59,9 @@ class TritonPythonModel:
             seen += 1
             if seen == cancel_after:
                 responses.cancel()
+        # An ended stream replays from its first response, as in Triton.
+        if cancel_after == 0 and sum(1 for _ in responses) != seen + 1:
+            raise pb_utils.TritonModelException("a second iteration did not replay the %d responses" % (seen + 1))
         sender.send(
             pb_utils.InferenceResponse([pb_utils.Tensor("CANCELLED", np.array([cancelled], np.bool_))]),
             flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
