@@ -1,8 +1,9 @@
 package main
 
-// The rate limiter end to end: testdata/models/rl_hold, rl_high and
-// rl_low all need the one copy of the global resource R (rl_high with
-// priority 1, rl_low with priority 2), and each execute records its
+// The rate limiter end to end: rl_hold, rl_high and rl_low (rlRepo
+// derives the other two from testdata/models/rl_high) all need the one
+// copy of the global resource R (rl_high with priority 1, rl_low with
+// priority 2), and each execute records its
 // interval in the repository's rl_log.txt. rl_hold's execute waits for
 // the test to close a FIFO, so the test decides when R comes free.
 
@@ -31,15 +32,45 @@ import (
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
 )
 
-// rlRepo copies the rate limiter's models (and identity_fp32, which no
-// limit applies to) and makes rl_hold's FIFO.
+// rlRepo copies rl_high (and identity_fp32, which no limit applies to),
+// derives rl_low (priority 2) and rl_hold (blocks on rl_gate.fifo) from
+// it, and makes rl_hold's FIFO.
 func rlRepo(t *testing.T) string {
 	t.Helper()
-	repo := copyRepo(t, "rl_hold", "rl_high", "rl_low", "identity_fp32")
+	repo := copyRepo(t, "rl_high", "identity_fp32")
+	deriveModel(t, repo, "rl_high", "rl_low", func(cfg string) string {
+		return strings.Replace(cfg, "priority: 1", "priority: 2", 1)
+	})
+	deriveModel(t, repo, "rl_high", "rl_hold", func(cfg string) string {
+		return cfg + `parameters { key: "BLOCK_FIFO" value { string_value: "rl_gate.fifo" } }
+`
+	})
 	if err := syscall.Mkfifo(filepath.Join(repo, "rl_gate.fifo"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return repo
+}
+
+// deriveModel copies repo's model src to dst, renamed in its config and
+// then changed by edit.
+func deriveModel(t *testing.T, repo, src, dst string, edit func(cfg string) string) {
+	t.Helper()
+	if err := os.CopyFS(filepath.Join(repo, dst), os.DirFS(filepath.Join(repo, src))); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(repo, dst, "config.pbtxt")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := strings.Replace(string(b), `name: "`+src+`"`, `name: "`+dst+`"`, 1)
+	text := edit(renamed)
+	if renamed == string(b) || text == renamed {
+		t.Fatalf("deriving %s from %s changed nothing in its config", dst, src)
+	}
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // rlRequest is one request of X = x to model (id names it).
@@ -295,21 +326,12 @@ func rlCancelAndDeath(t *testing.T, s *server, repo string) {
 // rlWarmup loads rl_warm (rl_low with a warmup sample) while rl_hold
 // holds R: its warmup execute starts only once R is free.
 func rlWarmup(t *testing.T, s *server, repo string) {
-	if err := os.CopyFS(filepath.Join(repo, "rl_warm"), os.DirFS(filepath.Join(repo, "rl_low"))); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(repo, "rl_warm", "config.pbtxt")
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Replace(string(b), `"rl_low"`, `"rl_warm"`, 1) + `
+	deriveModel(t, repo, "rl_low", "rl_warm", func(cfg string) string {
+		return cfg + `
 model_warmup [ { name: "zeros" batch_size: 1
   inputs { key: "X" value { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]
 `
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	})
 	before := len(rlLog(t, repo))
 	release, holdDone := holdR(t, s, repo)
 	loaded := make(chan error, 1)

@@ -1,4 +1,5 @@
-"""rl_hold, rl_high, rl_low: the rate limiter's end-to-end models.
+"""rl_high: the rate limiter's end-to-end model; the test derives rl_low
+and rl_hold from it by their configs.
 
 Each execute appends one line, "<model> <start_ns> <end_ns>" (monotonic
 clock, shared by all processes), to rl_log.txt in the model repository, in
