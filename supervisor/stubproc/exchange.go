@@ -142,16 +142,26 @@ func (p *Proc) Dispatch() {
 		case <-p.retired:
 			return
 		}
-		var b *Batch
-		select {
-		case b = <-p.direct:
-		case b = <-p.queue:
-		case <-p.exited:
-			return
-		case <-p.retired:
+		b := p.nextBatch()
+		if b == nil {
 			return
 		}
 		p.Execute(b)
+	}
+}
+
+// nextBatch waits for a batch, from the instance's direct channel or the
+// model's queue; nil once the stub exited or was retired.
+func (p *Proc) nextBatch() *Batch {
+	select {
+	case b := <-p.direct:
+		return b
+	case b := <-p.queue:
+		return b
+	case <-p.exited:
+		return nil
+	case <-p.retired:
+		return nil
 	}
 }
 

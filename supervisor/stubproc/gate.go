@@ -45,12 +45,7 @@ func (p *Proc) gatedDispatch() {
 				held.Release()
 				held = nil
 			}
-			select {
-			case b = <-p.direct:
-			case b = <-p.queue:
-			case <-p.exited:
-				return
-			case <-p.retired:
+			if b = p.nextBatch(); b == nil {
 				return
 			}
 		}
