@@ -14,9 +14,9 @@ import (
 // starts, and its stubs send an execute only once the limiter grants its
 // resources (stubproc.Config.Gate); the grant is given back when the
 // execute ends or the stub dies, or renewed in one step when the instance
-// has more work. Warmup executes wait for a grant too. Groups without a rate_limiter are not
-// limited, as Triton documents; with the limiter off the rate_limiter of
-// every config is ignored.
+// has more work. Warmup executes wait for a grant too. Groups without a
+// rate_limiter are not limited, as Triton documents; with the limiter off
+// the rate_limiter of every config is ignored.
 
 // RateLimitResource is one --rate-limit-resource: Count copies of Name on
 // Device (-1: on every device).
