@@ -733,6 +733,12 @@ class Channel:
                     return load() != old
                 wait = min(wait, rem)
             _xchg4(flag_addr, 1, _SEQ_CST)
+            if self._dead.value:
+                # Marked dead after _check_alive: the mark's wake-up may
+                # have come before this sleep, and it leaves the futex
+                # word as it was, so look again rather than sleep a slice.
+                _xchg4(flag_addr, 0, _SEQ_CST)
+                continue
             if load() != old:
                 _xchg4(flag_addr, 0, _SEQ_CST)
                 self._learn(which, now() - start, limit)
