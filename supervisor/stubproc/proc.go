@@ -382,7 +382,7 @@ func (p *Proc) watch() {
 
 // idleWatch is the watchdog's period while the stub is idle: the stub's
 // heartbeat period (ipc.HeartbeatPeriodFor, a tenth of the timeout, at
-// most a second), so a silent stub is killed at most one period after
+// most 3 s), so a silent stub is killed at most one period after
 // --stub-heartbeat-timeout, and shorter when the model's execute timeout
 // needs a quicker first look at an execute that began meanwhile.
 func (p *Proc) idleWatch() time.Duration {
