@@ -285,10 +285,24 @@ func (s *Supervisor) pythonDir() (string, error) {
 	return s.pyDir, s.pyErr
 }
 
-// YieldToStubs runs every thread of this process under SCHED_BATCH, so
-// that a stub executing a model is never preempted by a supervisor thread
-// (stubproc.YieldToStubs says why).
-func YieldToStubs() error { return stubproc.YieldToStubs() }
+// CPUPolicy is how the supervisor's threads and its stubs compete for the
+// CPU (stubproc.CPUPolicy).
+type CPUPolicy = stubproc.CPUPolicy
+
+// The CPU policies: stubproc.PolicyLatency and stubproc.PolicyBatch say
+// what each does.
+const (
+	PolicyLatency = stubproc.PolicyLatency
+	PolicyBatch   = stubproc.PolicyBatch
+)
+
+// ErrUnknownPolicy is returned by SetCPUPolicy for a policy it does not
+// know.
+var ErrUnknownPolicy = stubproc.ErrUnknownPolicy
+
+// SetCPUPolicy puts this process's threads, and the stubs started after
+// it, under policy. Call it before New.
+func SetCPUPolicy(policy CPUPolicy) error { return stubproc.SetCPUPolicy(policy) }
 
 // Live implements backendapi.Backend.
 func (s *Supervisor) Live() bool { return !s.closing.Load() }

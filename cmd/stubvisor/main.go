@@ -56,6 +56,7 @@ type config struct {
 	exitTimeout     int
 	drainDelay      int
 	exitOnError     bool
+	cpuPolicy       supervisor.CPUPolicy
 	allowClientShm  bool
 	maxInputSize    int64
 	maxGRPCMessage  int
@@ -127,6 +128,14 @@ func parseFlags(args []string) (*config, error) {
 	shmMax := fs.Uint64("shm-max-byte-size", c.sup.IPC.Pool.MaxBytes, "largest size of a stub pool arena")
 	ringBytes := fs.Uint("shm-ring-byte-size", uint(c.sup.IPC.RingBytes), "bytes of each stub message ring (power of two)")
 	spin := fs.Duration("stub-spin", c.sup.IPC.Spin, "how long a waiter polls its ring before sleeping")
+	c.cpuPolicy = supervisor.PolicyLatency
+	fs.Func("cpu-policy", "how the server and its stubs share the CPU: latency (default: each wake-up of a request preempts CPU-bound neighbours at once) or batch (the server never preempts a stub; neighbours delay every wake-up)", func(v string) error {
+		if p := supervisor.CPUPolicy(v); p == supervisor.PolicyLatency || p == supervisor.PolicyBatch {
+			c.cpuPolicy = p
+			return nil
+		}
+		return fmt.Errorf("%q: want latency or batch", v)
+	})
 	fs.DurationVar(&c.sup.StubStartTimeout, "stub-start-timeout", c.sup.StubStartTimeout, "how long a new stub may take to attach")
 	fs.DurationVar(&c.sup.InitializeTimeout, "stub-initialize-timeout", c.sup.InitializeTimeout, "how long initialize() may take")
 	fs.DurationVar(&c.sup.HeartbeatTimeout, "stub-heartbeat-timeout", c.sup.HeartbeatTimeout, "a stub whose heartbeat stops this long is killed and restarted")
@@ -280,8 +289,8 @@ func run(c *config) error {
 		// load. GOGC, when set, still decides.
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	if err := supervisor.YieldToStubs(); err != nil {
-		log.Warn("could not lower the supervisor's wakeup priority", "error", err)
+	if err := supervisor.SetCPUPolicy(c.cpuPolicy); err != nil {
+		log.Warn("could not set the CPU policy", "error", err)
 	}
 	sup, err := supervisor.New(c.sup)
 	if err != nil {

@@ -24,7 +24,8 @@
 //	logs.go         stub stdout/stderr and Log messages into the logger
 //	launch_linux.go the launcher thread that forks stubs (launch_other.go elsewhere)
 //	lifeline_linux.go the lifeline socket and SCM_RIGHTS (lifeline_other.go elsewhere)
-//	policy_linux.go SCHED_BATCH for the supervisor, SCHED_NORMAL for stubs (policy_other.go elsewhere)
+//	policy.go       CPUPolicy: how the supervisor and its stubs compete for the CPU
+//	policy_linux.go SetCPUPolicy (policy_other.go elsewhere)
 //
 // # Goroutines and who owns them
 //

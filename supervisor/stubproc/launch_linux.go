@@ -29,7 +29,7 @@ func NewLauncher() *Launcher {
 	l := &Launcher{reqs: make(chan launchReq)}
 	go func() {
 		runtime.LockOSThread() // never unlocked: this thread lives as long as the process
-		normalPolicy()         // stubs inherit it (see YieldToStubs)
+		stubPolicy()           // stubs inherit it (see SetCPUPolicy)
 		for r := range l.reqs {
 			r.errc <- r.cmd.Start()
 		}

@@ -2,7 +2,14 @@
 
 package stubproc
 
-// YieldToStubs does nothing outside Linux.
-func YieldToStubs() error { return nil }
+import "fmt"
 
-func normalPolicy() {}
+// SetCPUPolicy checks policy and does nothing else outside Linux.
+func SetCPUPolicy(policy CPUPolicy) error {
+	if policy != PolicyLatency && policy != PolicyBatch {
+		return fmt.Errorf("cpu policy %q: %w", policy, ErrUnknownPolicy)
+	}
+	return nil
+}
+
+func stubPolicy() {}
