@@ -129,6 +129,7 @@ func runHTTPBench(args []string) error {
 	workers := fs.Int("fastapi-workers", 2, "uvicorn workers of the FastAPI yardstick (0 leaves it out)")
 	sf := addServerFlags(fs)
 	spin := fs.String("stub-spin", "", "passed to stubvisor --stub-spin when set (default: the server's default)")
+	policy := fs.String("cpu-policy", "", "passed to stubvisor --cpu-policy when set (default: the server's default)")
 	only := fs.String("case", "", "run only the cases whose name contains this (ending in $: whose name ends with it)")
 	neighbours := fs.Int("neighbours", 0, "also run every case with this many CPU-bound neighbour processes beside each measurement")
 	idle := fs.Duration("idle", 0, "when set, also measure an idle server (the -idle-models loaded) for this long and print its CPU and wake-ups")
@@ -143,6 +144,9 @@ func runHTTPBench(args []string) error {
 	extra := []string{"--cache-config", "local,size=1048576"}
 	if *spin != "" {
 		extra = append(extra, "--stub-spin", *spin)
+	}
+	if *policy != "" {
+		extra = append(extra, "--cpu-policy", *policy)
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16},
