@@ -53,14 +53,19 @@ func customSlices(t *testing.T) bool {
 }
 
 // TestCPUPolicy checks both --cpu-policy values on the server's threads
-// and on a stub it started: latency puts all of them under the normal
-// policy with the 100 µs slice, batch puts the server under SCHED_BATCH
-// and leaves the stubs normal with the kernel's own slice.
+// and on the stubs it started, Python and Go: latency puts all of them
+// under the normal policy with the 100 µs slice, batch puts the server
+// under SCHED_BATCH and leaves the stubs normal with the kernel's own
+// slice. The launcher's thread, which forks the stubs, runs under their
+// policy.
 func TestCPUPolicy(t *testing.T) {
 	slices := customSlices(t)
+	// In place: the Go model is built from its sources inside the module.
+	repo := modelsRepo(t)
 	cases := []struct {
-		args                    []string
-		serverPolicy, stubSlice int
+		args         []string
+		serverPolicy int
+		slice        int // 0: the kernel's own
 	}{
 		{nil, unix.SCHED_NORMAL, 100000},
 		{[]string{"--cpu-policy=latency"}, unix.SCHED_NORMAL, 100000},
@@ -68,36 +73,39 @@ func TestCPUPolicy(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprint(c.args), func(t *testing.T) {
-			s := startServer(t, copyRepo(t, "add_sub"), c.args...)
+			s := startServer(t, repo, append([]string{"--model-control-mode", "explicit", "--load-model", "add_sub", "--load-model", "go_minimal"}, c.args...)...)
+			checkSlice := func(what string, slice int) {
+				switch {
+				case !slices:
+				case c.slice != 0 && slice != c.slice:
+					t.Errorf("%s: slice %d ns, want %d", what, slice, c.slice)
+				case c.slice == 0 && slice == 100000:
+					t.Errorf("%s: slice %d ns, want the kernel's own", what, slice)
+				}
+			}
 			threads, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/sched", s.cmd.Process.Pid))
 			if err != nil || len(threads) < 2 {
 				t.Fatalf("server threads %v: %v", threads, err)
 			}
-			// The launcher's thread, which forks the stubs, runs under
-			// their policy.
 			others := 0
 			for _, th := range threads {
 				policy, slice := schedOf(t, th)
 				if policy != c.serverPolicy {
 					others++
+					continue
 				}
-				if slices && c.stubSlice != 0 && slice != c.stubSlice {
-					t.Errorf("%s: slice %d ns, want %d", th, slice, c.stubSlice)
-				}
+				checkSlice(th, slice)
 			}
 			if others > 1 {
-				t.Errorf("%d of %d server threads are not under policy %d", others, len(threads), c.serverPolicy)
+				t.Errorf("%d of %d server threads are not under policy %d, want all but the launcher's", others, len(threads), c.serverPolicy)
 			}
-			stub := oneStub(t, s, "add_sub")
-			policy, slice := schedOf(t, fmt.Sprintf("/proc/%d/sched", stub.PID))
-			if policy != unix.SCHED_NORMAL {
-				t.Errorf("stub policy %d, want the normal policy", policy)
-			}
-			if slices && c.stubSlice != 0 && slice != c.stubSlice {
-				t.Errorf("stub slice %d ns, want %d", slice, c.stubSlice)
-			}
-			if slices && c.stubSlice == 0 && slice == 100000 {
-				t.Errorf("stub slice %d ns: the batch policy should leave the kernel's own", slice)
+			for _, model := range []string{"add_sub", "go_minimal"} {
+				stub := oneStub(t, s, model)
+				policy, slice := schedOf(t, fmt.Sprintf("/proc/%d/sched", stub.PID))
+				if policy != unix.SCHED_NORMAL {
+					t.Errorf("%s stub: policy %d, want the normal policy", model, policy)
+				}
+				checkSlice(model+" stub", slice)
 			}
 		})
 	}

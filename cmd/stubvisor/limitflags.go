@@ -8,6 +8,17 @@ import (
 	"github.com/stubvisor/stubvisor/supervisor"
 )
 
+// registerStubTimeouts registers the flags that bound each step of a
+// stub's life: start, initialize, heartbeat, finalize, restart.
+func registerStubTimeouts(fs *flag.FlagSet, o *supervisor.Options) {
+	fs.DurationVar(&o.StubStartTimeout, "stub-start-timeout", o.StubStartTimeout, "how long a new stub may take to attach")
+	fs.DurationVar(&o.InitializeTimeout, "stub-initialize-timeout", o.InitializeTimeout, "how long initialize() may take")
+	fs.DurationVar(&o.HeartbeatTimeout, "stub-heartbeat-timeout", o.HeartbeatTimeout, "a stub whose heartbeat stops this long is killed and restarted")
+	fs.DurationVar(&o.FinalizeTimeout, "stub-finalize-timeout", o.FinalizeTimeout, "how long finalize() may take before the stub is killed")
+	fs.DurationVar(&o.RestartBackoff, "stub-restart-backoff", o.RestartBackoff, "first delay before a dead stub is restarted")
+	fs.DurationVar(&o.RestartBackoffMax, "stub-restart-backoff-max", o.RestartBackoffMax, "cap of the exponential restart backoff")
+}
+
 // registerStubLimits registers the flags that bound each stub's life and
 // memory: the server's defaults of the model parameters of the same
 // meaning (supervisor/recycle.go).

@@ -128,20 +128,8 @@ func parseFlags(args []string) (*config, error) {
 	shmMax := fs.Uint64("shm-max-byte-size", c.sup.IPC.Pool.MaxBytes, "largest size of a stub pool arena")
 	ringBytes := fs.Uint("shm-ring-byte-size", uint(c.sup.IPC.RingBytes), "bytes of each stub message ring (power of two)")
 	spin := fs.Duration("stub-spin", c.sup.IPC.Spin, "how long a waiter polls its ring before sleeping")
-	c.cpuPolicy = supervisor.PolicyLatency
-	fs.Func("cpu-policy", "how the server and its stubs share the CPU: latency (default: each wake-up of a request preempts CPU-bound neighbours at once) or batch (the server never preempts a stub; neighbours delay every wake-up)", func(v string) error {
-		if p := supervisor.CPUPolicy(v); p == supervisor.PolicyLatency || p == supervisor.PolicyBatch {
-			c.cpuPolicy = p
-			return nil
-		}
-		return fmt.Errorf("%q: want latency or batch", v)
-	})
-	fs.DurationVar(&c.sup.StubStartTimeout, "stub-start-timeout", c.sup.StubStartTimeout, "how long a new stub may take to attach")
-	fs.DurationVar(&c.sup.InitializeTimeout, "stub-initialize-timeout", c.sup.InitializeTimeout, "how long initialize() may take")
-	fs.DurationVar(&c.sup.HeartbeatTimeout, "stub-heartbeat-timeout", c.sup.HeartbeatTimeout, "a stub whose heartbeat stops this long is killed and restarted")
-	fs.DurationVar(&c.sup.FinalizeTimeout, "stub-finalize-timeout", c.sup.FinalizeTimeout, "how long finalize() may take before the stub is killed")
-	fs.DurationVar(&c.sup.RestartBackoff, "stub-restart-backoff", c.sup.RestartBackoff, "first delay before a dead stub is restarted")
-	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
+	registerCPUPolicy(fs, &c.cpuPolicy)
+	registerStubTimeouts(fs, &c.sup)
 	registerStubLimits(fs, &c.sup)
 	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
@@ -197,6 +185,18 @@ func parseFlags(args []string) (*config, error) {
 	c.sup.AllowClientShm = c.allowClientShm
 	c.sup.AutoCompleteConfig = c.autoComplete && !*disableAC
 	return c, nil
+}
+
+// registerCPUPolicy registers --cpu-policy (supervisor.CPUPolicy).
+func registerCPUPolicy(fs *flag.FlagSet, policy *supervisor.CPUPolicy) {
+	*policy = supervisor.PolicyLatency
+	fs.Func("cpu-policy", "how the server and its stubs share the CPU: latency (default: each wake-up of a request preempts CPU-bound neighbours at once) or batch (the server never preempts a stub; neighbours delay every wake-up)", func(v string) error {
+		if p := supervisor.CPUPolicy(v); p == supervisor.PolicyLatency || p == supervisor.PolicyBatch {
+			*policy = p
+			return nil
+		}
+		return fmt.Errorf("%q: want latency or batch", v)
+	})
 }
 
 func newLogger(c *config) hclog.Logger {
