@@ -64,6 +64,7 @@ type config struct {
 	maxInflight     int64
 	autoComplete    bool
 	httpForward     string
+	http            httpFlags
 	grpcForward     string
 	triton          tritonFlags
 	tls             tlsFlags
@@ -143,6 +144,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.sup.RestartBackoff, "stub-restart-backoff", c.sup.RestartBackoff, "first delay before a dead stub is restarted")
 	fs.DurationVar(&c.sup.RestartBackoffMax, "stub-restart-backoff-max", c.sup.RestartBackoffMax, "cap of the exponential restart backoff")
 	registerStubLimits(fs, &c.sup)
+	c.http.register(fs)
 	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
 	fs.IntVar(&c.openaiPort, "openai-port", -1, "OpenAI-compatible API port (0: pick a free one, -1: off)")
