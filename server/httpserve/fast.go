@@ -1,6 +1,7 @@
 package httpserve
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -125,8 +126,41 @@ func (e *fastEngine) serveAdapted(w http.ResponseWriter, r *http.Request) {
 			defer c.unwatch()
 		}
 	}
-	e.h.ServeHTTP(w, r.WithContext(ctx))
+	bw := &bufferedWriter{ResponseWriter: w}
+	bw.buf = bufio.NewWriterSize(writerFunc(w.Write), streamBufferSize)
+	defer func() { _ = bw.buf.Flush() }()
+	e.h.ServeHTTP(bw, r.WithContext(ctx))
 }
+
+// streamBufferSize is what a streamed reply gathers before it goes to the
+// connection when the handler does not flush first. fasthttpadaptor sends
+// each Write after a Flush as a chunk of its own, and hands it over to the
+// connection's goroutine; net/http gathers 2 KiB, so a handler that
+// writes an event in three calls gets one chunk per event or more.
+const streamBufferSize = 4 << 10
+
+// bufferedWriter gathers a streamed reply's writes until Flush or
+// streamBufferSize.
+type bufferedWriter struct {
+	http.ResponseWriter
+	buf *bufio.Writer
+}
+
+func (w *bufferedWriter) Write(p []byte) (int, error) { return w.buf.Write(p) }
+
+func (w *bufferedWriter) Flush() {
+	_ = w.buf.Flush()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the adaptor's writer.
+func (w *bufferedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // progressReader reads a body with a read deadline pushed back before each
 // read: a body may take any time as long as no pause lasts ttl.
