@@ -36,8 +36,8 @@ type fastEngine struct {
 	ln      *trackListener
 }
 
-func newFastEngine(h http.Handler, o *Options) *fastEngine {
-	e := &fastEngine{opts: o, h: h, log: o.Logger}
+func newFastEngine(h http.Handler, o *Options, l net.Listener) *fastEngine {
+	e := &fastEngine{opts: o, h: h, log: o.Logger, ln: newTrackListener(l)}
 	e.adapted = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(e.serveAdapted))
 	bodyTTL := o.BodyTimeout
 	e.srv = &fasthttp.Server{
@@ -52,31 +52,29 @@ func newFastEngine(h http.Handler, o *Options) *fastEngine {
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: bodyTTL}
 		},
-		StreamRequestBody:             true,
-		MaxRequestBodySize:            int(min(o.MaxBodySize, 1<<40)),
-		ReadBufferSize:                readBufferSize,
-		NoDefaultServerHeader:         true,
-		NoDefaultContentType:          true,
-		DisablePreParseMultipartForm:  true,
-		CloseOnShutdown:               true,
-		Logger:                        o.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
-		DisableHeaderNamesNormalizing: false,
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           int(min(o.MaxBodySize, 1<<40)),
+		ReadBufferSize:               readBufferSize,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		Logger:                       o.Logger.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	return e
 }
 
-func (e *fastEngine) serve(l net.Listener) error {
-	e.ln = newTrackListener(l)
-	return e.srv.Serve(e.ln)
+func (e *fastEngine) serve() error { return e.srv.Serve(e.ln) }
+
+// shutdown closes the listener itself too: fasthttp only closes the
+// listeners its Serve has registered, and a Shutdown may come first.
+func (e *fastEngine) shutdown(ctx context.Context) error {
+	err := e.srv.ShutdownWithContext(ctx)
+	_ = e.ln.Close()
+	return err
 }
 
-func (e *fastEngine) shutdown(ctx context.Context) error { return e.srv.ShutdownWithContext(ctx) }
-
-func (e *fastEngine) close() {
-	if e.ln != nil {
-		e.ln.closeAll()
-	}
-}
+func (e *fastEngine) close() { e.ln.closeAll() }
 
 // handle serves one request.
 func (e *fastEngine) handle(ctx *fasthttp.RequestCtx) {

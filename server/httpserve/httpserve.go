@@ -114,7 +114,7 @@ var ErrClosed = errors.New("http server closed")
 
 // engine is one listener's server.
 type engine interface {
-	serve(l net.Listener) error // nil once shut down
+	serve() error // nil once shut down
 	shutdown(ctx context.Context) error
 	close()
 }
@@ -146,9 +146,9 @@ func (s *Server) Engine() Engine { return s.opts.Engine }
 func (s *Server) Serve(l net.Listener) error {
 	var e engine
 	if s.opts.Engine == FastHTTP {
-		e = newFastEngine(s.handler, &s.opts)
+		e = newFastEngine(s.handler, &s.opts, l)
 	} else {
-		e = newNetEngine(s.handler, &s.opts)
+		e = newNetEngine(s.handler, &s.opts, l)
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -158,7 +158,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.running = append(s.running, e)
 	s.mu.Unlock()
-	if err := e.serve(l); err != nil {
+	if err := e.serve(); err != nil {
 		return fmt.Errorf("httpserve: serve %s: %w", l.Addr(), err)
 	}
 	return nil
@@ -186,10 +186,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // netEngine is net/http's server.
-type netEngine struct{ hs *http.Server }
+type netEngine struct {
+	hs *http.Server
+	l  net.Listener
+}
 
-func newNetEngine(h http.Handler, o *Options) *netEngine {
-	return &netEngine{hs: &http.Server{
+func newNetEngine(h http.Handler, o *Options, l net.Listener) *netEngine {
+	return &netEngine{l: l, hs: &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: o.HeaderTimeout,
 		IdleTimeout:       o.IdleTimeout,
@@ -197,8 +200,8 @@ func newNetEngine(h http.Handler, o *Options) *netEngine {
 	}}
 }
 
-func (e *netEngine) serve(l net.Listener) error {
-	if err := e.hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+func (e *netEngine) serve() error {
+	if err := e.hs.Serve(e.l); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
