@@ -210,7 +210,7 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 		case "Host", "Transfer-Encoding", "Trailer":
 			continue
 		}
-		key := string(k)
+		key := headerKey(k)
 		r.Header[key] = append(r.Header[key], string(v))
 	}
 	switch n := ctx.Request.Header.ContentLength(); {
@@ -242,6 +242,34 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
+}
+
+// headerKey returns a request header's name as a string, without a copy
+// for the common ones (as net/http does).
+func headerKey(k []byte) string {
+	switch string(k) {
+	case "Accept":
+		return "Accept"
+	case "Accept-Encoding":
+		return "Accept-Encoding"
+	case "Connection":
+		return "Connection"
+	case "Content-Encoding":
+		return "Content-Encoding"
+	case "Content-Length":
+		return "Content-Length"
+	case "Content-Type":
+		return "Content-Type"
+	case "Expect":
+		return "Expect"
+	case "Inference-Header-Content-Length":
+		return "Inference-Header-Content-Length"
+	case "Traceparent":
+		return "Traceparent"
+	case "User-Agent":
+		return "User-Agent"
+	}
+	return string(k)
 }
 
 // recoverHandler does what net/http does with a handler that panics: log
