@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -172,9 +171,6 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	_ = p.c.SetReadDeadline(time.Now().Add(p.ttl))
 	return p.r.Read(b)
 }
-
-// errBodyRead is what a bridged body returns after the stream failed.
-var errBodyRead = errors.New("request body read failed")
 
 // bridge runs the handler on the connection's goroutine with a net/http
 // view of the request; the reply is buffered and written once the handler
