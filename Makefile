@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
+.PHONY: all build run check test test-go test-race test-fasthttp test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
 
 all: build
 
@@ -70,6 +70,12 @@ test-go:
 test-race:
 	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
+
+# The end-to-end suite once more with every server on --http-engine
+# fasthttp (not part of make test: TestHTTPEngines and server/httpserve's
+# tests run both engines there).
+test-fasthttp:
+	STUBVISOR_TEST_HTTP_ENGINE=fasthttp $(GO) test -count=1 -timeout 20m ./cmd/stubvisor/
 
 test-python:
 	$(PYTHON) -m unittest discover -s python/tests -t python

@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/http"
 	"regexp"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/server/httpserve"
 	"github.com/stubvisor/stubvisor/server/trace"
 )
 
@@ -89,6 +90,9 @@ type Options struct {
 	// Restrictions puts API groups behind headers
 	// (--http-restricted-api); nil restricts nothing.
 	Restrictions *Restrictions
+	// Engine is the HTTP server implementation (--http-engine); empty
+	// means httpserve.NetHTTP.
+	Engine httpserve.Engine
 }
 
 // defaultVersion is the version reported when Options.Version is empty.
@@ -111,9 +115,8 @@ type Server struct {
 	budget    *byteBudget
 	restrict  *Restrictions
 
-	mu      sync.Mutex
-	servers []*http.Server
-	closed  bool
+	apiHTTP     *httpserve.Server // serves api
+	metricsHTTP *httpserve.Server // serves metrics
 }
 
 // New returns a Server for backend.
@@ -177,6 +180,15 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	}
 	s.api = http.HandlerFunc(s.route)
 	s.metrics = newMetricsHandler(backend, opts.BackendTimeout, opts.Logger)
+	hopts := httpserve.Options{Engine: opts.Engine, HeaderTimeout: opts.ReadHeaderTimeout, BodyTimeout: opts.BodyTimeout,
+		MaxBodySize: opts.MaxInputSize, Logger: opts.Logger, Streamed: streamedRoute}
+	if s.apiHTTP, err = httpserve.New(s.api, hopts); err != nil {
+		return nil, fmt.Errorf("server: new: %w", err)
+	}
+	hopts.Streamed = nil
+	if s.metricsHTTP, err = httpserve.New(s.metrics, hopts); err != nil {
+		return nil, fmt.Errorf("server: new: %w", err)
+	}
 	return s, nil
 }
 
@@ -190,52 +202,35 @@ func (s *Server) MetricsHandler() http.Handler { return s.metrics }
 
 // Serve serves the HTTP/REST API on l until Shutdown. It returns nil after
 // a Shutdown.
-func (s *Server) Serve(l net.Listener) error { return s.serve(l, s.api) }
+func (s *Server) Serve(l net.Listener) error { return serveErr(s.apiHTTP.Serve(l)) }
 
 // ServeMetrics serves the metrics handler on l until Shutdown. It returns
 // nil after a Shutdown.
-func (s *Server) ServeMetrics(l net.Listener) error { return s.serve(l, s.metrics) }
+func (s *Server) ServeMetrics(l net.Listener) error { return serveErr(s.metricsHTTP.Serve(l)) }
 
 // ErrClosed is returned by Serve and ServeMetrics after Shutdown began.
 var ErrClosed = errors.New("server closed")
 
-func (s *Server) serve(l net.Listener, h http.Handler) error {
-	hs := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: s.headerTTL,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+func serveErr(err error) error {
+	if errors.Is(err, httpserve.ErrClosed) {
+		return fmt.Errorf("server: %w: %w", ErrClosed, err)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = l.Close()
-		return fmt.Errorf("server: serve %s: %w", l.Addr(), ErrClosed)
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
 	}
-	s.servers = append(s.servers, hs)
-	s.mu.Unlock()
-	err := hs.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return fmt.Errorf("server: serve %s: %w", l.Addr(), err)
+	return nil
+}
+
+// streamedRoute reports the routes whose replies are flushed while they
+// run (server-sent events): generate_stream.
+func streamedRoute(method, path string) bool {
+	return method == http.MethodPost && strings.HasSuffix(path, "/generate_stream")
 }
 
 // Shutdown stops every listener, then waits for in-flight requests until
 // ctx is done, after which it closes the remaining connections.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	servers := s.servers
-	s.servers = nil
-	s.mu.Unlock()
-	var errs []error
-	for _, hs := range servers {
-		if err := hs.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-			_ = hs.Close()
-		}
-	}
+	errs := []error{s.apiHTTP.Shutdown(ctx), s.metricsHTTP.Shutdown(ctx)}
 	// Requests are over: write what the trace files hold, flush spans.
 	s.tracer.Close()
 	if err := errors.Join(errs...); err != nil {

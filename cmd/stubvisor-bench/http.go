@@ -135,6 +135,7 @@ func runHTTPBench(args []string) error {
 	idle := fs.Duration("idle", 0, "when set, also measure an idle server (the -idle-models loaded) for this long and print its CPU and wake-ups")
 	idleSet := fs.String("idle-models", idleModels, "the models of the idle measurement (make run's set)")
 	quick := fs.Bool("quick", false, "shorter measurements (1 s, 300 ms warm-up) for a whole run in a few minutes")
+	engine := fs.String("http-engine", "", "passed to stubvisor --http-engine when set (net/http or fasthttp)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -147,6 +148,9 @@ func runHTTPBench(args []string) error {
 	}
 	if *policy != "" {
 		extra = append(extra, "--cpu-policy", *policy)
+	}
+	if *engine != "" {
+		extra = append(extra, "--http-engine", *engine)
 	}
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16},
@@ -234,7 +238,7 @@ type caseRun struct {
 }
 
 // runHTTPCase runs one case against stubvisor, the FastAPI yardstick (when
-// running) and the floor in alternating rounds and prints their medians
+// running) and the two floors (net/http and fasthttp) in alternating rounds and prints their medians
 // and stubvisor's ratios to each: throughput (the median of the rounds'
 // ratios), CPU time per request and p50 latency (of the medians).
 func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) error {
@@ -243,11 +247,16 @@ func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) e
 	if err != nil {
 		return err
 	}
-	floor, err := startHTTPFloor(canned, cannedHdr)
+	floor, err := startHTTPFloor(canned, cannedHdr, "net/http")
 	if err != nil {
 		return err
 	}
 	defer floor.stop()
+	fastFloor, err := startHTTPFloor(canned, cannedHdr, "fasthttp")
+	if err != nil {
+		return err
+	}
+	defer fastFloor.stop()
 	targets := []httpTarget{{"", srv.url(), srv.cmd.Process.Pid}}
 	if fastapi != nil {
 		if _, _, err := httpOnce(http.DefaultClient, fastapi.url, c); err != nil {
@@ -255,7 +264,7 @@ func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) e
 		}
 		targets = append(targets, httpTarget{"fastapi-", fastapi.url, fastapi.pid()})
 	}
-	targets = append(targets, httpTarget{"floor-", floor.url, floor.pid()})
+	targets = append(targets, httpTarget{"floor-", floor.url, floor.pid()}, httpTarget{"fastfloor-", fastFloor.url, fastFloor.pid()})
 	sides := make([]func() (Stats, error), len(targets))
 	for i, t := range targets {
 		sides[i] = func() (Stats, error) {
@@ -284,6 +293,12 @@ func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) e
 		}
 	}
 	fmt.Println(line + cpu)
+	// The two floors side by side: what the HTTP library alone changes.
+	nf, ff := medians[len(targets)-2], medians[len(targets)-1]
+	if nf.PerSecond > 0 && ff.CPUPerOp > 0 {
+		fmt.Printf("http floors %s fasthttp_vs_nethttp rps=%.3f cpu=%.2f\n", c.name, ff.PerSecond/nf.PerSecond,
+			float64(nf.CPUPerOp)/float64(ff.CPUPerOp))
+	}
 	return nil
 }
 

@@ -5,7 +5,8 @@ package main
 //
 //   - the floor: a trivial net/http handler (this binary, role
 //     http-floor) that reads each request body and answers with the body
-//     stubvisor answered with;
+//     stubvisor answered with, and the same handler on fasthttp (the
+//     engine of --http-engine fasthttp), the floor of that engine;
 //   - FastAPI: uvicorn with uvloop and httptools and two workers, serving
 //     the same models' numpy logic in-process (fastapi_yardstick.py).
 
@@ -26,6 +27,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 //go:embed fastapi_yardstick.py
@@ -33,6 +36,7 @@ var fastapiYardstick []byte
 
 func init() {
 	registerRole("http-floor", httpFloorRole)
+	registerRole("http-floor-fasthttp", httpFastFloorRole)
 }
 
 // yardProc is a yardstick process serving HTTP at url.
@@ -81,9 +85,10 @@ type floorSpec struct {
 
 const floorSpecEnv = "STUBVISOR_BENCH_FLOOR"
 
-// startHTTPFloor starts the floor answering every request with body and
-// the given response headers (Content-Type, Inference-Header-Content-Length).
-func startHTTPFloor(body []byte, h http.Header) (*yardProc, error) {
+// startHTTPFloor starts the floor on engine ("net/http" or "fasthttp")
+// answering every request with body and the given response headers
+// (Content-Type, Inference-Header-Content-Length).
+func startHTTPFloor(body []byte, h http.Header, engine string) (*yardProc, error) {
 	spec := floorSpec{Body: body, Header: map[string]string{}}
 	for _, k := range []string{"Content-Type", "Inference-Header-Content-Length"} {
 		if v := h.Get(k); v != "" {
@@ -107,7 +112,11 @@ func startHTTPFloor(body []byte, h http.Header) (*yardProc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), roleEnv+"=http-floor", floorSpecEnv+"="+f.Name())
+	role := "http-floor"
+	if engine == "fasthttp" {
+		role = "http-floor-fasthttp"
+	}
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, floorSpecEnv+"="+f.Name())
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -136,23 +145,32 @@ func startHTTPFloor(body []byte, h http.Header) (*yardProc, error) {
 	}
 }
 
-// httpFloorRole serves the floor handler and prints its address.
-func httpFloorRole() int {
+// floorListen reads the floor's spec and opens its listener, printing its
+// address.
+func floorListen() (floorSpec, net.Listener, error) {
 	b, err := os.ReadFile(os.Getenv(floorSpecEnv))
 	var spec floorSpec
 	if err == nil {
 		err = json.Unmarshal(b, &spec)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "http-floor:", err)
-		return 1
+		return spec, nil, err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return spec, nil, err
+	}
+	fmt.Println(l.Addr().String())
+	return spec, l, nil
+}
+
+// httpFloorRole serves the floor handler and prints its address.
+func httpFloorRole() int {
+	spec, l, err := floorListen()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "http-floor:", err)
 		return 1
 	}
-	fmt.Println(l.Addr().String())
 	size := strconv.Itoa(len(spec.Body))
 	pool := sync.Pool{New: func() any { return new(bytes.Buffer) }}
 	err = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +185,30 @@ func httpFloorRole() int {
 		_, _ = w.Write(spec.Body)
 	}))
 	fmt.Fprintln(os.Stderr, "http-floor:", err)
+	return 1
+}
+
+// httpFastFloorRole serves the floor handler on fasthttp: the request body
+// read whole (fasthttp's default), the canned reply set from one buffer.
+func httpFastFloorRole() int {
+	spec, l, err := floorListen()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "http-floor-fasthttp:", err)
+		return 1
+	}
+	srv := &fasthttp.Server{
+		Handler: func(ctx *fasthttp.RequestCtx) {
+			_ = ctx.PostBody()
+			for k, v := range spec.Header {
+				ctx.Response.Header.Set(k, v)
+			}
+			ctx.SetBody(spec.Body)
+		},
+		MaxRequestBodySize:    1 << 30,
+		NoDefaultServerHeader: true,
+	}
+	err = srv.Serve(l)
+	fmt.Fprintln(os.Stderr, "http-floor-fasthttp:", err)
 	return 1
 }
 

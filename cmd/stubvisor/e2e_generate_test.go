@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,7 +301,14 @@ func TestGenerate(t *testing.T) {
 		if err := conn.SetReadDeadline(time.Now().Add(120 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		rd := bufio.NewReaderSize(conn, 64<<10)
+		// The events are counted in the decoded body: a chunk boundary
+		// may fall anywhere in an event's line.
+		resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 64<<10), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		rd := bufio.NewReaderSize(resp.Body, 64<<10)
 		events := 0
 		for events < total {
 			line, err := rd.ReadSlice('\n')

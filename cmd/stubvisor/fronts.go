@@ -33,7 +33,7 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 	}
 	srv, err := frontend.New(sup, frontend.Options{Version: version, MaxInputSize: c.maxInputSize, BodyTimeout: c.bodyTimeout,
 		MaxInflightBytes: c.maxInflight, Logger: log, HeaderForwardPattern: c.httpForward, Trace: &c.trace,
-		Restrictions: c.httpRestrict})
+		Restrictions: c.httpRestrict, Engine: c.http.engine, ReadHeaderTimeout: c.http.headerTimeout})
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +47,7 @@ func newFrontEnds(c *config, sup *drainBackend, log hclog.Logger) (*frontEnds, e
 	o := c.openai
 	o.Logger, o.Repositories, o.Metrics, o.Trace = log, c.repos, srv.MetricsHandler(), srv.TraceHTTP
 	o.MaxInputSize, o.BodyTimeout = c.maxInputSize, c.bodyTimeout
+	o.Engine, o.ReadHeaderTimeout = c.http.engine, c.http.headerTimeout
 	// It is an HTTP port: --http-restricted-api and the HTTP listener's
 	// TLS settings hold there too, so it is no side door around them.
 	o.Admit = c.httpRestrict.Refusal

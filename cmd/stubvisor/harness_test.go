@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,11 +86,17 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 	t.Helper()
 	shmBefore := shmEntries(t)
 	s := &server{t: t, Repo: repo, exited: make(chan struct{})}
-	all := append([]string{
+	all := []string{
 		"--model-repository", repo, "--address", "127.0.0.1",
 		"--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
 		"--cache-dir", cacheDir, "--exit-on-error=false",
-	}, args...)
+	}
+	// STUBVISOR_TEST_HTTP_ENGINE runs the suite on another HTTP engine
+	// (--http-engine) where a test does not choose one.
+	if e := os.Getenv("STUBVISOR_TEST_HTTP_ENGINE"); e != "" && !slices.Contains(args, "--http-engine") {
+		all = append(all, "--http-engine", e)
+	}
+	all = append(all, args...)
 	s.cmd = exec.Command(binPath, all...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {

@@ -64,6 +64,7 @@ type config struct {
 	maxInflight     int64
 	autoComplete    bool
 	httpForward     string
+	http            httpFlags
 	grpcForward     string
 	triton          tritonFlags
 	tls             tlsFlags
@@ -131,7 +132,7 @@ func parseFlags(args []string) (*config, error) {
 	registerCPUPolicy(fs, &c.cpuPolicy)
 	registerStubTimeouts(fs, &c.sup)
 	registerStubLimits(fs, &c.sup)
-	fs.StringVar(&c.httpForward, "http-header-forward-pattern", "", "forward the HTTP request headers whose names match this regular expression (case-insensitive) to the model as request parameters")
+	c.http.register(fs, &c.httpForward)
 	fs.StringVar(&c.grpcForward, "grpc-header-forward-pattern", "", "forward the gRPC request metadata whose keys match this regular expression (case-insensitive) to the model as request parameters")
 	fs.IntVar(&c.openaiPort, "openai-port", -1, "OpenAI-compatible API port (0: pick a free one, -1: off)")
 	fs.StringVar(&c.openai.LoraSeparator, "lora-separator", "", "OpenAI API: a model may be named <model><separator><LoRA adapter>")

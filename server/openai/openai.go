@@ -9,12 +9,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/server/httpserve"
 )
 
 // DefaultMaxTokens is how many tokens a request that sets no max_tokens
@@ -66,6 +66,9 @@ type Options struct {
 	// answer refuses the request with 403 and that message, so the
 	// --http-restricted-api rules cover this port too.
 	Admit func(group string, header func(name string) string) string
+	// Engine is the HTTP server implementation (--http-engine); empty
+	// means httpserve.NetHTTP.
+	Engine httpserve.Engine
 }
 
 // Server serves the OpenAI API for one backend.
@@ -77,10 +80,7 @@ type Server struct {
 	parser  toolParser
 	tmpl    *chatTemplate // Options.ChatTemplate, compiled
 	handler http.Handler
-
-	mu      sync.Mutex
-	servers []*http.Server
-	closed  bool
+	http    *httpserve.Server
 }
 
 // ErrClosed is returned by Serve after Shutdown began.
@@ -118,6 +118,11 @@ func New(backend backendapi.Backend, opts Options) (*Server, error) {
 	}
 	s.models = newCatalog(backend, opts.Repositories, opts.LoraSeparator, s.log)
 	s.handler = http.HandlerFunc(s.route)
+	s.http, err = httpserve.New(s.handler, httpserve.Options{Engine: opts.Engine, HeaderTimeout: opts.ReadHeaderTimeout,
+		BodyTimeout: opts.BodyTimeout, MaxBodySize: opts.MaxInputSize, Logger: opts.Logger, Streamed: streamedRoute})
+	if err != nil {
+		return nil, fmt.Errorf("openai: new: %w", err)
+	}
 	return s, nil
 }
 
@@ -257,42 +262,27 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // Serve serves the API on l until Shutdown; it returns nil after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	hs := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	err := s.http.Serve(l)
+	if errors.Is(err, httpserve.ErrClosed) {
+		return fmt.Errorf("openai: %w: %w", ErrClosed, err)
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = l.Close()
-		return fmt.Errorf("openai: serve %s: %w", l.Addr(), ErrClosed)
-	}
-	s.servers = append(s.servers, hs)
-	s.mu.Unlock()
-	if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("openai: serve %s: %w", l.Addr(), err)
+	if err != nil {
+		return fmt.Errorf("openai: %w", err)
 	}
 	return nil
+}
+
+// streamedRoute reports the routes whose replies may be server-sent
+// events, flushed as they come: completions and chat completions (with
+// "stream": true).
+func streamedRoute(method, path string) bool {
+	return method == http.MethodPost && (path == "/v1/completions" || path == "/v1/chat/completions")
 }
 
 // Shutdown stops the listeners and waits for requests in flight until ctx
 // ends, then closes the connections left. It is idempotent.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closed = true
-	servers := s.servers
-	s.servers = nil
-	s.mu.Unlock()
-	var errs []error
-	for _, hs := range servers {
-		if err := hs.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
-			_ = hs.Close()
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := s.http.Shutdown(ctx); err != nil {
 		return fmt.Errorf("openai: shutdown: %w", err)
 	}
 	return nil

@@ -1,0 +1,166 @@
+package httpserve
+
+import (
+	"crypto/tls"
+	"net"
+	"sync"
+	"time"
+)
+
+// The fasthttp engine's connections. fasthttp neither ends a request's
+// context when its client hangs up nor closes the connections still busy
+// when a shutdown runs out of time; net/http does both. A conn gives the
+// engine what it needs for them: watch reads the connection in the
+// background while a handler runs, as net/http does once a body is read, so
+// that a hang-up (EOF or a reset) cancels the request; and the listener
+// keeps the set of open connections to close them.
+
+// aLongTimeAgo is a read deadline in the past: it ends a pending read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// conn is one accepted connection.
+type conn struct {
+	net.Conn
+	l *trackListener
+
+	mu       sync.Mutex
+	stash    []byte // bytes the watch read ahead of the server, returned first
+	watching bool
+	stopping bool
+	wg       sync.WaitGroup
+	one      [1]byte
+}
+
+// tlsConn is a conn over TLS: fasthttp tells TLS connections apart by
+// these methods, and hands their state to the handler.
+type tlsConn struct{ *conn }
+
+func (c tlsConn) Handshake() error { return c.Conn.(*tls.Conn).Handshake() }
+func (c tlsConn) ConnectionState() tls.ConnectionState {
+	return c.Conn.(*tls.Conn).ConnectionState()
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.watching {
+		c.mu.Unlock()
+		c.unwatch()
+		c.mu.Lock()
+	}
+	if len(c.stash) > 0 {
+		n := copy(p, c.stash)
+		c.stash = c.stash[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(p)
+}
+
+func (c *conn) Close() error {
+	c.l.forget(c)
+	return c.Conn.Close()
+}
+
+// watch reads the connection in the background until unwatch, calling
+// hangup if the client closes it or it fails. A byte that arrives (the next
+// request of a pipelining client) ends the watch and is kept for the server.
+// The body of the request must have been read.
+func (c *conn) watch(hangup func()) {
+	c.mu.Lock()
+	if c.watching {
+		c.mu.Unlock()
+		return
+	}
+	c.watching = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	// The header or body deadline the engine set is over with the body.
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	go func() {
+		defer c.wg.Done()
+		n, err := c.Conn.Read(c.one[:])
+		c.mu.Lock()
+		if n > 0 {
+			c.stash = append(c.stash, c.one[:n]...)
+		}
+		stopped := c.stopping
+		c.mu.Unlock()
+		if err != nil && !stopped {
+			hangup()
+		}
+	}()
+}
+
+// unwatch ends the background read and waits for it.
+func (c *conn) unwatch() {
+	c.mu.Lock()
+	if !c.watching {
+		c.mu.Unlock()
+		return
+	}
+	c.stopping = true
+	c.mu.Unlock()
+	_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+	c.wg.Wait()
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	c.mu.Lock()
+	c.watching, c.stopping = false, false
+	c.mu.Unlock()
+}
+
+// trackListener wraps accepted connections in conns and keeps the open ones.
+type trackListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+}
+
+func newTrackListener(l net.Listener) *trackListener {
+	return &trackListener{Listener: l, conns: map[*conn]struct{}{}}
+}
+
+func (l *trackListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{Conn: nc, l: l}
+	l.mu.Lock()
+	l.conns[c] = struct{}{}
+	l.mu.Unlock()
+	if _, ok := nc.(*tls.Conn); ok {
+		return tlsConn{c}, nil
+	}
+	return c, nil
+}
+
+func (l *trackListener) forget(c *conn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+}
+
+// closeAll closes every open connection.
+func (l *trackListener) closeAll() {
+	l.mu.Lock()
+	open := make([]*conn, 0, len(l.conns))
+	for c := range l.conns {
+		open = append(open, c)
+	}
+	l.mu.Unlock()
+	for _, c := range open {
+		_ = c.Close()
+	}
+}
+
+// connOf returns the conn under a connection fasthttp hands a handler.
+func connOf(nc net.Conn) *conn {
+	switch c := nc.(type) {
+	case *conn:
+		return c
+	case tlsConn:
+		return c.conn
+	}
+	return nil
+}
