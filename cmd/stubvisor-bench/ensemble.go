@@ -1,17 +1,21 @@
 package main
 
-// The ensemble subcommand: three Python identity models chained three
+// The ensemble subcommand: three Python identity models chained four
 // ways against the built bin/stubvisor over gRPC, measured in the same
 // rounds: as an ensemble (one request), by the client (three requests,
-// each output sent back as the next input) and by a BLS model.py (one
-// request, three BLS calls), next to a single identity model as the
-// yardstick of what one step moves.
+// each output sent back as the next input), by a BLS model.py (one
+// request, three sync exec() calls) and by an async one (three awaited
+// async_exec() calls per request, the requests of a dynamic batch at
+// once), next to a single identity model as the yardstick of what one
+// step moves. Each side also reports the context switches of the server
+// and its stubs per chain (the wake-ups it took).
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +57,15 @@ output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 parameters { key: "STEPS" value { string_value: "id_1,id_2,id_3" } }
 instance_group [ { kind: KIND_CPU } ]
 `},
+	{"bls_async_id3", "bls_chain_async", `name: "bls_async_id3"
+backend: "python"
+max_batch_size: 16
+dynamic_batching { }
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+parameters { key: "STEPS" value { string_value: "id_1,id_2,id_3" } }
+instance_group [ { kind: KIND_CPU } ]
+`},
 }
 
 // ensSide is one way of running the chain: call does one chain on the
@@ -63,8 +76,12 @@ type ensSide struct {
 }
 
 func inferOne(ctx context.Context, c pb.GRPCInferenceServiceClient, model string, in []byte) ([]byte, error) {
+	return inferShaped(ctx, c, model, in, []int64{int64(len(in) / 4)})
+}
+
+func inferShaped(ctx context.Context, c pb.GRPCInferenceServiceClient, model string, in []byte, shape []int64) ([]byte, error) {
 	r, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: model,
-		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{int64(len(in) / 4)}}},
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: shape}},
 		RawInputContents: [][]byte{in}})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", model, err)
@@ -78,6 +95,15 @@ func inferOne(ctx context.Context, c pb.GRPCInferenceServiceClient, model string
 func oneModel(model string) func(context.Context, pb.GRPCInferenceServiceClient, []byte) error {
 	return func(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
 		_, err := inferOne(ctx, c, model, in)
+		return err
+	}
+}
+
+// batchedOne calls a model with a batch dimension: INPUT0 as one batch
+// of one.
+func batchedOne(model string) func(context.Context, pb.GRPCInferenceServiceClient, []byte) error {
+	return func(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
+		_, err := inferShaped(ctx, c, model, in, []int64{1, int64(len(in) / 4)})
 		return err
 	}
 }
@@ -99,6 +125,7 @@ func runEnsembleBench(args []string) error {
 	warmup := fs.Duration("warmup", time.Second, "unmeasured time before each side")
 	sf := addServerFlags(fs)
 	only := fs.String("case", "", "run only the cases whose name contains this")
+	onlySides := fs.String("sides", "", "comma-separated sides to run (default all; the ensemble always runs, as every ratio's base)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,8 +143,14 @@ func runEnsembleBench(args []string) error {
 		{"ensemble", oneModel("ens_id3")},
 		{"client-chain", clientChain},
 		{"bls", oneModel("bls_id3")},
+		{"bls-async", batchedOne("bls_async_id3")},
 		{"single", oneModel("id_1")},
 	}
+	if *onlySides != "" {
+		want := strings.Split(*onlySides, ",")
+		sides = slices.DeleteFunc(sides, func(sd ensSide) bool { return sd.name != "ensemble" && !slices.Contains(want, sd.name) })
+	}
+	pid := srv.cmd.Process.Pid
 	for _, size := range []struct {
 		name  string
 		elems int
@@ -130,14 +163,15 @@ func runEnsembleBench(args []string) error {
 			in := fp32Bytes(size.elems)
 			var fns []func() (Stats, error)
 			for _, sd := range sides {
-				fns = append(fns, func() (Stats, error) { return loadChain(srv.addr, sd, in, conc, *warmup, *duration) })
+				fns = append(fns, func() (Stats, error) { return loadChain(srv.addr, pid, sd, in, conc, *warmup, *duration) })
 			}
 			med, ratios, err := alternateAll(*rounds, fns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", caseName, err)
 			}
 			for i, sd := range sides {
-				fmt.Printf("ensemble %s-%s p50_us=%.0f rps=%.0f\n", sd.name, caseName, float64(med[i].P50)/float64(time.Microsecond), med[i].PerSecond)
+				fmt.Printf("ensemble %s-%s p50_us=%.0f rps=%.0f ctxsw_per_chain=%.1f runq_us_per_chain=%.0f\n", sd.name, caseName,
+					float64(med[i].P50)/float64(time.Microsecond), med[i].PerSecond, med[i].CtxPerOp, float64(med[i].RunqPerOp)/float64(time.Microsecond))
 			}
 			for i, sd := range sides[1:] {
 				fmt.Printf("ensemble ratio %s: ensemble/%s=%.2f\n", caseName, sd.name, ratios[i+1])
@@ -148,8 +182,15 @@ func runEnsembleBench(args []string) error {
 }
 
 // loadChain runs conc callers of one side on one connection for warmup,
-// then measures for d; rps counts the whole chains that end in that time.
-func loadChain(addr string, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
+// then measures for d; rps counts the whole chains that end in that time,
+// and the context switches and run-queue waits of pid's process tree in
+// that time are divided among them.
+func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
+	use0 := make(chan schedUse, 1)
+	go func() {
+		time.Sleep(warmup)
+		use0 <- treeSched(pid)
+	}()
 	samples, err := grpcLoad(addr, conc, warmup, d, true, func(ctx context.Context, client pb.GRPCInferenceServiceClient) error {
 		if err := sd.call(ctx, client, in); err != nil {
 			return fmt.Errorf("%s: %w", sd.name, err)
@@ -162,5 +203,9 @@ func loadChain(addr string, sd ensSide, in []byte, conc int, warmup, d time.Dura
 	if len(samples) == 0 {
 		return Stats{}, errors.New(sd.name + ": no chain completed in the measured time")
 	}
-	return summarize(samples, len(samples), d), nil
+	sched := treeSched(pid).sub(<-use0)
+	s := summarize(samples, len(samples), d)
+	s.CtxPerOp = float64(sched.switches) / float64(len(samples))
+	s.RunqPerOp = sched.runq / time.Duration(len(samples))
+	return s, nil
 }
