@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/stubvisor/stubvisor/backendapi"
 	"github.com/stubvisor/stubvisor/ipc"
@@ -83,54 +84,109 @@ func blsSubmitError(model string, err error) error {
 // copied into the supervisor's arena of the caller's region and sent as an
 // InferResult, which the caller's stub frees with Free. The caller may
 // cancel the request (InferCancel); its responses still end with a final
-// one.
-func (s *Supervisor) bls(p *stubproc.Proc, m *ipc.InferExecMsg) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-p.Exited():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+// one. A non-nil stop is the reader's that found the call (it serves the
+// call itself, as an ensemble runs a step): when stop closes before the
+// call ends, the rest goes on on a goroutine of its own.
+func (s *Supervisor) bls(p *stubproc.Proc, m *ipc.InferExecMsg, stop <-chan struct{}) {
 	req, blocks, err := p.BLSRequest(m)
-	defer func() { p.Release(blocks) }()
 	if err != nil {
+		p.Release(blocks)
 		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
 	mv, err := s.lookup(req.ModelName, req.ModelVersion)
 	if err != nil {
+		p.Release(blocks)
 		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
+	var endTrace func()
 	if m.Request.TraceContext != "" {
-		if req.Trace = p.ChildTrace(m, req.ModelVersion); req.Trace != nil && req.Trace.End != nil {
-			defer req.Trace.End()
+		if req.Trace = p.ChildTrace(m, req.ModelVersion); req.Trace != nil {
+			endTrace = req.Trace.End
 		}
 	}
-	sentFinal := false
-	pr, err := mv.submit(ctx, req, func(resp *backendapi.InferResponse, err error, final bool) {
-		sentFinal = sentFinal || final
-		p.BLSReply(m.ID, resp, err, final)
-	})
+	c := &blsCall{p: p, id: m.ID, model: req.ModelName, blocks: blocks, endTrace: endTrace}
+	// The request lives as long as the calling stub: its context is done
+	// once the stub exited (no goroutine watches for that).
+	pr, err := mv.submit(stubContext{p}, req, c.reply)
 	if err != nil {
+		c.end()
 		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
-	key := blsKey{p, m.ID}
-	if s.blsReg.add(key, pr) {
+	c.mv, c.pr, c.key = mv, pr, blsKey{p, m.ID}
+	if s.blsReg.add(c.key, pr) {
 		pr.Cancel()
 	}
-	defer s.blsReg.remove(key)
-	if !pr.Await() {
-		// The calling stub died: nobody reads the answer.
-		mv.abandon(pr, backendapi.Errorf(backendapi.Cancelled, "BLS request for model '%s' cancelled: %v", req.ModelName, ctx.Err()))
-		<-pr.Done() // another goroutine that ended it first may still be in its final call
+	if stop == nil {
+		s.blsDone(c, pr.Await())
 		return
 	}
-	if !sentFinal {
-		p.BLSReply(m.ID, nil, nil, true)
+	if ended, stopped := pr.AwaitServing(stop, p); stopped {
+		go func() { s.blsDone(c, pr.Await()) }()
+	} else {
+		s.blsDone(c, ended)
+	}
+}
+
+// blsCall is one BLS request's state between its submission and its end.
+type blsCall struct {
+	p        *stubproc.Proc
+	id       uint64
+	model    string
+	blocks   []uint64 // the caller's arena blocks holding the inputs
+	endTrace func()
+	mv       *modelVersion
+	pr       *stubproc.Request
+	key      blsKey
+	// sentFinal is set by reply, which the callee's reader calls before
+	// the request ends (Await returns after it).
+	sentFinal bool
+}
+
+// reply sends the caller one response of the callee.
+func (c *blsCall) reply(resp *backendapi.InferResponse, err error, final bool) {
+	c.sentFinal = c.sentFinal || final
+	c.p.BLSReply(c.id, resp, err, final)
+}
+
+// end releases the inputs and ends the trace.
+func (c *blsCall) end() {
+	c.p.Release(c.blocks)
+	if c.endTrace != nil {
+		c.endTrace()
+	}
+}
+
+// blsDone ends a BLS request once Await returned (ended false: the calling
+// stub died, nobody reads the answer).
+func (s *Supervisor) blsDone(c *blsCall, ended bool) {
+	defer c.end()
+	defer s.blsReg.remove(c.key)
+	if !ended {
+		c.mv.abandon(c.pr, backendapi.Errorf(backendapi.Cancelled, "BLS request for model '%s' cancelled: %v", c.model, context.Canceled))
+		<-c.pr.Done() // another goroutine that ended it first may still be in its final call
+		return
+	}
+	if !c.sentFinal {
+		c.p.BLSReply(c.id, nil, nil, true)
+	}
+}
+
+// stubContext is the context of a stub's BLS requests: done once the stub
+// exited.
+type stubContext struct{ p *stubproc.Proc }
+
+func (stubContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c stubContext) Done() <-chan struct{}     { return c.p.Exited() }
+func (stubContext) Value(any) any               { return nil }
+
+func (c stubContext) Err() error {
+	select {
+	case <-c.p.Exited():
+		return context.Canceled
+	default:
+		return nil
 	}
 }

@@ -445,7 +445,9 @@ func (inst *instance) Unhealthy() { inst.setState(backendapi.StubUnhealthy) }
 func (inst *instance) Stopping() bool { return inst.isStopping() }
 
 // BLS implements stubproc.Host (bls.go).
-func (inst *instance) BLS(p *stubproc.Proc, m *ipc.InferExecMsg) { inst.mv.sup.bls(p, m) }
+func (inst *instance) BLS(p *stubproc.Proc, m *ipc.InferExecMsg, stop <-chan struct{}) {
+	inst.mv.sup.bls(p, m, stop)
+}
 
 // BLSCancel implements stubproc.Host.
 func (inst *instance) BLSCancel(p *stubproc.Proc, m *ipc.InferCancelMsg) {

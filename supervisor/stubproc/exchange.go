@@ -50,7 +50,7 @@ func (p *Proc) Call(build func(id uint64) ipc.Message, timeout time.Duration) (*
 		case <-ctx.Done():
 			return nil, fmt.Errorf("stub %s: no reply within %s", p.cfg.Instance, timeout)
 		case <-p.lead:
-			p.read(c.done, ctx.Done())
+			p.read(c.done, ctx.Done(), false, time.Time{})
 		}
 	}
 }

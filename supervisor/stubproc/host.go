@@ -36,10 +36,12 @@ type Host interface {
 	// Stopping reports whether the instance is being stopped: a stub that
 	// dies now is not replaced.
 	Stopping() bool
-	// BLS serves an inference request the stub's model makes (on a
-	// goroutine of its own), BLSCancel cancels one, and Control serves the
-	// model loading API of pb_utils (on a goroutine of its own).
-	BLS(p *Proc, m *ipc.InferExecMsg)
+	// BLS serves an inference request the stub's model makes: on the
+	// reader that found it until the call ends or stop closes, then on a
+	// goroutine of its own (a nil stop never closes; the reader started
+	// one goroutine per call then). BLSCancel cancels one, and Control
+	// serves the model loading API of pb_utils (on a goroutine of its own).
+	BLS(p *Proc, m *ipc.InferExecMsg, stop <-chan struct{})
 	BLSCancel(p *Proc, m *ipc.InferCancelMsg)
 	Control(p *Proc, m *ipc.ModelControlMsg)
 	// Recycle asks for the stub to be replaced (it reached

@@ -16,8 +16,26 @@ const readSlice = 20 * time.Millisecond
 // handles every message that arrives, whoever it is for. The caller took
 // p.lead; read gives it back, so the next waiter takes over. A transport
 // failure ends the stub; read then returns once the process is reaped.
-func (p *Proc) read(done, cancel <-chan struct{}) {
-	defer func() { p.lead <- struct{}{} }()
+//
+// With serve (a caller waiting for its own request), a BLS call the stub
+// makes is served on this goroutine, as an ensemble step would be: read
+// gives the lead back first and returns once the call ended or cancel
+// closed (Host.BLS goes on on a goroutine of its own then), and the caller
+// takes its turn again. That spares the hop a goroutine start and this
+// reader a poll of a ring that stays quiet until the call's answer is in.
+// While it serves, the stub's other messages wait for another reader, or
+// for the end of the call's current read slice (Request.AwaitServing):
+// hence only a call that streams nothing (neither the BLS call nor the
+// calling model decoupled) is served so; the others start a goroutine.
+// Once until passes (zero: never), read returns as it does when cancel
+// closes.
+func (p *Proc) read(done, cancel <-chan struct{}, serve bool, until time.Time) {
+	lead := true
+	defer func() {
+		if lead {
+			p.lead <- struct{}{}
+		}
+	}()
 	for {
 		select {
 		case <-done:
@@ -26,13 +44,28 @@ func (p *Proc) read(done, cancel <-chan struct{}) {
 			return
 		default:
 		}
-		m, err := p.conn.RecvSpin(time.Now().Add(readSlice), p.readSpin())
+		deadline := time.Now().Add(readSlice)
+		if !until.IsZero() {
+			if !deadline.Before(until) {
+				deadline = until
+			}
+			if !time.Now().Before(until) {
+				return
+			}
+		}
+		m, err := p.conn.RecvSpin(deadline, p.readSpin())
 		if errors.Is(err, ipc.ErrTimeout) {
 			continue
 		}
 		if err != nil {
 			p.transportFailed(err)
 			<-p.exited
+			return
+		}
+		if x, ok := m.(*ipc.InferExecMsg); ok && serve && !x.Decoupled && !p.cfg.Decoupled {
+			lead = false
+			p.lead <- struct{}{}
+			p.host.BLS(p, x, cancel)
 			return
 		}
 		p.handle(m)
@@ -44,10 +77,29 @@ func (p *Proc) read(done, cancel <-chan struct{}) {
 func (p *Proc) readFor(done <-chan struct{}) {
 	select {
 	case <-p.lead:
-		p.read(done, p.exited)
+		p.read(done, p.exited, false, time.Time{})
 	case <-done:
 	case <-p.exited:
 	}
+}
+
+// DrainIfFree handles the messages queued on the ring when nobody reads
+// it: a goroutine serving one of the stub's BLS calls (read) looks now and
+// then, so that the stub's other messages (a BLS call from another thread)
+// do not wait for the end of its call.
+func (p *Proc) DrainIfFree() {
+	if _, in := p.conn.Depths(); in == 0 {
+		return
+	}
+	select {
+	case <-p.lead:
+	default:
+		return
+	}
+	if err := p.drain(); err != nil && !errors.Is(err, ipc.ErrTimeout) {
+		p.transportFailed(err)
+	}
+	p.lead <- struct{}{}
 }
 
 // readSpin is how long a reader polls the ring before it sleeps: the
@@ -108,7 +160,7 @@ func (p *Proc) handle(m ipc.Message) {
 	case *ipc.LogMsg:
 		p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
 	case *ipc.InferExecMsg:
-		go p.host.BLS(p, m)
+		go p.host.BLS(p, m, nil)
 	case *ipc.FreeMsg:
 		p.freeOwn(m.Offsets)
 	case *ipc.InferCancelMsg:

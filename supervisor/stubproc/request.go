@@ -301,7 +301,59 @@ func (p *Request) Await() bool {
 			return false
 		case <-assigned:
 		case <-lead:
-			sp.read(p.done, p.ctx.Done())
+			sp.read(p.done, p.ctx.Done(), true, time.Time{})
+		}
+	}
+}
+
+// AwaitServing is Await for a BLS call served on the goroutine that read
+// it from caller's ring (Proc.read): it returns ended once the request
+// ended, false when its context is done, and stopped once stop closes
+// first (the reader's own request gave up; the call goes on elsewhere).
+// It reads the callee's ring itself as Await does, but in slices, between
+// which it handles what queued up on caller's ring meanwhile (nobody else
+// may be reading it). BLS calls met on the callee's ring go to goroutines
+// of their own: this one is busy.
+func (p *Request) AwaitServing(stop <-chan struct{}, caller *Proc) (ended, stopped bool) {
+	var tick *time.Timer
+	defer func() {
+		if tick != nil {
+			tick.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-p.done:
+			return true, false
+		default:
+		}
+		caller.DrainIfFree()
+		assigned, lead := p.assigned, (chan struct{})(nil)
+		sp := p.runner.Load()
+		if sp != nil {
+			assigned = nil
+			if sp.Alive() {
+				lead = sp.lead
+			}
+		}
+		var slice <-chan time.Time
+		if tick == nil {
+			tick = time.NewTimer(readSlice)
+		} else {
+			tick.Reset(readSlice)
+		}
+		slice = tick.C
+		select {
+		case <-p.done:
+			return true, false
+		case <-p.ctx.Done():
+			return false, false
+		case <-stop:
+			return false, true
+		case <-assigned:
+		case <-slice:
+		case <-lead:
+			sp.read(p.done, stop, false, time.Now().Add(readSlice))
 		}
 	}
 }
