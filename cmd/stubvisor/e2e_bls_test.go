@@ -95,7 +95,7 @@ func TestBLS(t *testing.T) {
 	slow(t)
 	ipctest.RequirePython(t)
 	repo := copyRepo(t, "bls_forward", "bls_forward_async", "bls_stream", "add_sub", "identity_timeout",
-		"repeat_decoupled", "cancel_watch_stream")
+		"repeat_decoupled", "cancel_watch_stream", "bls_chain", "bls_chain_async", "bls_overlap", "identity_fp32")
 	s := startServer(t, repo)
 	_, c := grpcClient(t, s)
 	in0, in1 := []float32{1, 2, 3, 4}, []float32{10, 20, 30, 40}
@@ -125,6 +125,42 @@ func TestBLS(t *testing.T) {
 		}
 		if _, raw := outputByName(t, resp, "OUTPUT0"); string(raw) != string(ipctest.FP32(sum...)) {
 			t.Fatalf("OUTPUT0 = %v", raw)
+		}
+	})
+
+	// Each step's output is the next step's input; the server serves a
+	// sync call on the goroutine that read it, as an ensemble step.
+	t.Run("chains of calls, sync and async", func(t *testing.T) {
+		in := []float32{1, 2, 3, 4}
+		for _, tc := range []struct {
+			model string
+			shape []int64
+		}{{"bls_chain", []int64{4}}, {"bls_chain_async", []int64{1, 4}}} {
+			for i := range 3 {
+				resp, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: tc.model,
+					Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: tc.shape}},
+					RawInputContents: [][]byte{ipctest.FP32(in...)}})
+				if err != nil {
+					t.Fatalf("%s, request %d: %v", tc.model, i, err)
+				}
+				if _, raw := outputByName(t, resp, "OUTPUT0"); string(raw) != string(ipctest.FP32(in...)) {
+					t.Fatalf("%s, request %d: OUTPUT0 = %v", tc.model, i, raw)
+				}
+			}
+		}
+	})
+
+	// While the server serves one call of a request (a slow one), another
+	// call the same request makes from another thread is answered.
+	t.Run("a quick call is not held up by a slow one of the same request", func(t *testing.T) {
+		resp, err := c.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "bls_overlap",
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "SLEEP_MS", Datatype: "INT32", Shape: []int64{1}}},
+			RawInputContents: [][]byte{ipctest.INT32(1000)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, raw := outputByName(t, resp, "FAST_FIRST"); string(raw) != string(ipctest.INT32(1)) {
+			t.Fatalf("FAST_FIRST = %v, want 1: the quick call waited for the slow one", raw)
 		}
 	})
 

@@ -86,20 +86,11 @@ func (p *Proc) readFor(done <-chan struct{}) {
 // DrainIfFree handles the messages queued on the ring when nobody reads
 // it: a goroutine serving one of the stub's BLS calls (read) looks now and
 // then, so that the stub's other messages (a BLS call from another thread)
-// do not wait for the end of its call.
+// wait for less than the watchdog's period.
 func (p *Proc) DrainIfFree() {
-	if _, in := p.conn.Depths(); in == 0 {
-		return
+	if _, in := p.conn.Depths(); in > 0 {
+		p.drainIdle()
 	}
-	select {
-	case <-p.lead:
-	default:
-		return
-	}
-	if err := p.drain(); err != nil && !errors.Is(err, ipc.ErrTimeout) {
-		p.transportFailed(err)
-	}
-	p.lead <- struct{}{}
 }
 
 // readSpin is how long a reader polls the ring before it sleeps: the
