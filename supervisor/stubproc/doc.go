@@ -51,8 +51,12 @@
 //     stub still owes it a reply; it reads in its place until the request
 //     ends or the stub dies. Wait also cancels on a goroutine of its own
 //     (Cancel sends one message).
-//   - reader: Host.BLS and Host.Control run on a goroutine each, started
-//     per InferExec and ModelControl message; the Host ends them.
+//   - reader: Host.Control runs on a goroutine of its own, started per
+//     ModelControl message. Host.BLS runs on the reader that found the
+//     InferExec when that reader waits for a request of its own and
+//     nothing streams (read gives the lead back first, and the call goes
+//     on on a goroutine of its own if that request gives up); otherwise on
+//     a goroutine of its own. The Host ends them.
 //
 // # Lock order
 //
