@@ -14,6 +14,7 @@ from .common import (
     _ARENA0,
     _ARENA1,
     _FINAL,
+    _INLINE,
     _INTERNAL,
     _K_INFER_CANCEL,
     _K_INFER_EXEC,
@@ -27,6 +28,7 @@ from .fields import (
     RS_FLAGS,
     RS_OUTPUTS,
     RS_PARAMETERS_JSON,
+    T_DATA,
     T_DATA_TYPE,
     T_LOC,
     T_NAME,
@@ -152,7 +154,8 @@ class BLSMixin:
     def _bls_response(self, wire):
         """An InferenceResponse over a wire response whose outputs live in
         arena 0: zero-copy numpy views, handed back with Free once the
-        model drops them (BYTES are copied out and handed back at once)."""
+        model drops them (BYTES are copied out and handed back at once);
+        small ones come in the message."""
         outputs = []
         pending = self._pending_free
         for t in wire[RS_OUTPUTS]:
@@ -161,6 +164,13 @@ class BLSMixin:
                                                   t[T_SIZE])
             if size == 0:
                 array = np.empty(shape, dtype=object if dtype == pb._BYTES else pb._WIRE_DTYPE[dtype])
+            elif loc == _INLINE:
+                # A small output came in the message: a writable copy of
+                # its bytes, nothing to hand back.
+                if dtype == pb._BYTES:
+                    array = pb.deserialize_bytes_tensor(t[T_DATA]).reshape(shape)
+                else:
+                    array = np.frombuffer(bytearray(t[T_DATA]), dtype=pb._WIRE_DTYPE[dtype]).reshape(shape)
             elif dtype == pb._BYTES:
                 array = pb.deserialize_bytes_tensor(self._view(loc, off, size)).reshape(shape)
                 if loc == _ARENA0:

@@ -484,8 +484,9 @@ class DecoupledTest(StubTest):
 
 
 class BLSTest(StubTest):
-    def serve_add_sub(self, stub, msg, error=None):
-        """Answer an InferExec for add_sub as the supervisor would."""
+    def serve_add_sub(self, stub, msg, error=None, inline=False):
+        """Answer an InferExec for add_sub as the supervisor would (with
+        inline, the outputs in the message, as it sends small ones)."""
         kind, call_id, model, version, request, decoupled = msg
         self.assertEqual((kind, model, version, decoupled), (K.KIND_INFER_EXEC, "add_sub", -1, False))
         self.assertEqual(json.loads(request[6]), {"origin": "bls_caller"})
@@ -497,9 +498,9 @@ class BLSTest(StubTest):
         outs = []
         for name, value in (("OUTPUT0", ins["INPUT0"] + ins["INPUT1"]), ("OUTPUT1", ins["INPUT0"] - ins["INPUT1"])):
             if name in request[5]:
-                outs.append(stub.tensor(name, 11, value))
+                outs.append(stub.tensor(name, 11, value, inline))
         stub.sup.send([K.KIND_INFER_RESULT, call_id, [call_id, FINAL, None, outs, ""]])
-        return [t[4] for t in outs]
+        return [t[4] for t in outs if t[3] != ipc.LOC_INLINE]
 
     def bls_request(self, stub, handle, mode, inline=False):
         a = stub.tensor("INPUT0", 11, np.array([1, 2, 3, 4], np.float32), inline)
@@ -516,6 +517,14 @@ class BLSTest(StubTest):
                 np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [20, 30, 40, 50])
                 # The BLS output block comes back once the model dropped it.
                 self.assertEqual(sorted(stub.expect(K.KIND_FREE)[2]), sorted(given))
+
+    def test_sync_inline_outputs(self):
+        stub = self.loaded("bls_caller", models=TEST_MODELS)
+        for _ in range(2):
+            stub.execute([self.bls_request(stub, 1, "sync", True)])
+            self.assertEqual(self.serve_add_sub(stub, stub.expect(K.KIND_INFER_EXEC), inline=True), [])
+            done = stub.expect(K.KIND_EXECUTE_DONE)
+            np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [20, 30, 40, 50])
 
     def test_error(self):
         stub = self.loaded("bls_caller", models=TEST_MODELS)

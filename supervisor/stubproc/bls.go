@@ -85,19 +85,27 @@ func (p *Proc) BLSReply(id uint64, resp *backendapi.InferResponse, err error, fi
 	}
 }
 
-// blsResponse copies one response of the callee into the caller's region.
+// blsResponse copies one response of the callee into the caller's region:
+// outputs of at most ipc.InlineMax bytes into the message while its inline
+// bytes stay within a quarter of a frame (as Execute's inputs: no arena
+// block, no Free for it later), the others into the supervisor's arena.
 // A response that does not fit fails with Triton's text.
 func (p *Proc) blsResponse(resp *backendapi.InferResponse, r *ipc.Response) {
 	if len(resp.Parameters) > 0 {
 		r.ParametersJSON = parametersJSON(resp.Parameters)
 	}
+	inlineRoom := p.conn.MaxFrame() / 4
 	for _, o := range resp.Outputs {
 		t := ipc.Tensor{Name: o.Name, DataType: uint8(o.DataType), Shape: o.Shape, Loc: ipc.LocArena0, Size: uint64(len(o.Data))}
-		if len(o.Data) > 0 {
+		if n := len(o.Data); n > 0 && n <= ipc.InlineMax && n <= inlineRoom {
+			// Send encodes the message at once: the bytes need no copy.
+			inlineRoom -= n
+			t.Loc, t.Data = ipc.LocInline, o.Data
+		} else if n > 0 {
 			off, buf, err := p.conn.Alloc(uint64(len(o.Data)))
 			if err != nil {
 				for _, prev := range r.Outputs {
-					if prev.Size > 0 {
+					if prev.Size > 0 && prev.Loc == ipc.LocArena0 {
 						p.freeOwn([]uint64{prev.Offset})
 					}
 				}
