@@ -1238,6 +1238,10 @@ class InferenceRequest:
         if decoupled is None:
             raise TypeError("async_exec(): decoupled must not be None")
         loop = asyncio.get_running_loop()
+        rt = _runtime
+        if not decoupled and rt is not None and rt.bls_allowed() and not rt.decoupled:
+            # Sent from the loop, resolved there: no executor thread.
+            return rt.bls_async(self, loop)
         return loop.run_in_executor(None, functools.partial(self.exec, bool(decoupled)))
 
 

@@ -4,6 +4,7 @@ supervisor/bls.go and modelctl.go."""
 
 import collections
 import ctypes
+import threading
 import weakref
 
 import numpy as np
@@ -41,13 +42,16 @@ from .fields import (
 class _Call:
     """One BLS request in flight: the InferResult responses not yet taken."""
 
-    __slots__ = ("host", "id", "queue", "done", "__weakref__")
+    __slots__ = ("host", "id", "queue", "done", "waker", "__weakref__")
 
     def __init__(self, host, call_id):
         self.host = host
         self.id = call_id
         self.queue = collections.deque()
         self.done = False
+        # (loop, future) of an async_exec call: the reader that takes the
+        # final response resolves the future on the loop (see bls_async).
+        self.waker = None
 
     def take(self):
         """Wait for the next wire response (pumping the channel)."""
@@ -94,6 +98,74 @@ class BLSMixin:
 
     def bls(self, request, decoupled):
         self._check_owner("BLS")
+        call = self._send_call(request, decoupled, None)
+        if type(call) is not _Call:
+            return call  # the inputs did not fit: an error response
+        if decoupled:
+            call_id = call.id
+            iterator = pb._response_iterator(call)
+            weakref.finalize(iterator, self._drop_call, call_id)
+            # As in Triton, exec returns once the first response is in: in
+            # async_exec that wait runs on an executor thread, so the
+            # model's event loop stays free while the callee works, and
+            # iterating a one-response stream never blocks the loop.
+            queue = call.queue
+            self._wait(lambda: queue)
+            return iterator
+        result = None
+        while True:
+            wire = call.take()
+            response = self._bls_response(wire)
+            if result is None or response._outputs or response._error is not None:
+                result = response
+            if wire[RS_FLAGS] & _FINAL:
+                return result
+
+    def bls_async(self, request, loop):
+        """async_exec of a call that is not decoupled, from a model that
+        is not: the call is sent from the event loop's thread, and the
+        future it returns is resolved there once the final response is in
+        (no executor thread per call). The stub's pump thread reads the
+        channel meanwhile, since the main thread waits for the coroutine
+        without reading."""
+        self._check_owner("BLS")
+        future = loop.create_future()
+        call = self._send_call(request, False, (loop, future))
+        if type(call) is not _Call:
+            future.set_result(call)
+            return future
+        self._pump_wake.set()
+        return future
+
+    def _resolve(self, call):
+        """Resolve an async_exec call's future with its result, on the
+        event loop (as bls's loop builds it)."""
+        loop, future = call.waker
+        result = None
+        for wire in call.queue:
+            response = self._bls_response(wire)
+            if result is None or response._outputs or response._error is not None:
+                result = response
+        call.queue.clear()
+        with self._cond:
+            self._async_open -= 1
+        if not future.cancelled():
+            future.set_result(result)
+
+    def _pump(self):
+        """The pump thread: reads the channel while async_exec calls are
+        open (bls_async), for a main thread that waits for its coroutine
+        without reading."""
+        wake = self._pump_wake
+        while True:
+            wake.wait()
+            wake.clear()
+            self._wait(lambda: not self._async_open)
+
+    def _send_call(self, request, decoupled, waker):
+        """Write a call's inputs and send its InferExec; returns the call
+        (registered with waker), or the error response of inputs that did
+        not fit."""
         call_id = next(self._call_ids)
         inputs = []
         room = [self._inline_room]
@@ -115,27 +187,22 @@ class BLSMixin:
         if trace:
             wire += [None, trace]  # no output targets, then the trace context
         call = _Call(self, call_id)
+        call.waker = waker
         with self._cond:
             self._calls[call_id] = call
-        self._send([_K_INFER_EXEC, call_id, request._model_name, request._model_version, wire, decoupled])
-        if decoupled:
-            iterator = pb._response_iterator(call)
-            weakref.finalize(iterator, self._drop_call, call_id)
-            # As in Triton, exec returns once the first response is in: in
-            # async_exec that wait runs on an executor thread, so the
-            # model's event loop stays free while the callee works, and
-            # iterating a one-response stream never blocks the loop.
-            queue = call.queue
-            self._wait(lambda: queue)
-            return iterator
-        result = None
-        while True:
-            wire = call.take()
-            response = self._bls_response(wire)
-            if result is None or response._outputs or response._error is not None:
-                result = response
-            if wire[RS_FLAGS] & _FINAL:
-                return result
+            if waker is not None:
+                self._async_open += 1
+                if not self._pump_started:
+                    self._pump_started = True
+                    threading.Thread(target=self._pump, name="stubvisor-bls-pump", daemon=True).start()
+        try:
+            self._send([_K_INFER_EXEC, call_id, request._model_name, request._model_version, wire, decoupled])
+        except BaseException:
+            with self._cond:
+                if self._calls.pop(call_id, None) is not None and waker is not None:
+                    self._async_open -= 1
+            raise
+        return call
 
     def _drop_call(self, call_id):
         with self._cond:

@@ -159,6 +159,11 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         self._calls = {}
         self._open_senders = set()  # handles left to a response sender (_left_to_sender)
         self._controls = {}  # ModelControl id -> (error, value) once answered
+        # async_exec calls in flight (bls.py, bls_async), and the pump
+        # thread that reads for them, started with the first.
+        self._async_open = 0
+        self._pump_started = False
+        self._pump_wake = threading.Event()
         self._call_ids = itertools.count(1)
         self._cancelled = set()
         self._owned = set()
@@ -311,6 +316,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                     call.queue.append(wire)
                     if wire[RS_FLAGS] & _FINAL:
                         del self._calls[msg[M_ID]]
+                        if call.waker is not None:
+                            # An async_exec call (bls.py): its loop takes it.
+                            call.waker[0].call_soon_threadsafe(self._resolve, call)
                     self._cond.notify_all()
             if call is None:
                 self._return_blocks(wire)  # nobody waits for it any more
