@@ -137,20 +137,42 @@ class BLSMixin:
         self._pump_wake.set()
         return future
 
-    def _resolve(self, call):
-        """Resolve an async_exec call's future with its result, on the
-        event loop (as bls's loop builds it)."""
-        loop, future = call.waker
-        result = None
-        for wire in call.queue:
-            response = self._bls_response(wire)
-            if result is None or response._outputs or response._error is not None:
-                result = response
-        call.queue.clear()
-        with self._cond:
+    def _async_done(self, call):
+        """The final response of an async_exec call is in (the reader
+        holds _cond): its loop resolves it, with the others that end
+        before it runs (one wake-up of the loop for them all)."""
+        loop = call.waker[0]
+        ready = self._async_ready.get(loop)
+        if ready is not None:
+            ready.append(call)
+            return
+        self._async_ready[loop] = [call]
+        try:
+            loop.call_soon_threadsafe(self._resolve_ready, loop)
+        except RuntimeError:
+            # The loop was closed: nobody awaits the call any more.
+            del self._async_ready[loop]
             self._async_open -= 1
-        if not future.cancelled():
-            future.set_result(result)
+            while call.queue:
+                self._return_blocks(call.queue.popleft())
+
+    def _resolve_ready(self, loop):
+        """On the event loop: resolve the futures of the async_exec calls
+        whose final response came in, each with its result (as bls's loop
+        builds it)."""
+        with self._cond:
+            calls = self._async_ready.pop(loop, ())
+            self._async_open -= len(calls)
+        for call in calls:
+            future = call.waker[1]
+            result = None
+            for wire in call.queue:
+                response = self._bls_response(wire)
+                if result is None or response._outputs or response._error is not None:
+                    result = response
+            call.queue.clear()
+            if not future.cancelled():
+                future.set_result(result)
 
     def _pump(self):
         """The pump thread: reads the channel while async_exec calls are

@@ -162,6 +162,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         # async_exec calls in flight (bls.py, bls_async), and the pump
         # thread that reads for them, started with the first.
         self._async_open = 0
+        self._async_ready = {}  # event loop -> its calls whose final response is in
         self._pump_started = False
         self._pump_wake = threading.Event()
         self._call_ids = itertools.count(1)
@@ -317,8 +318,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                     if wire[RS_FLAGS] & _FINAL:
                         del self._calls[msg[M_ID]]
                         if call.waker is not None:
-                            # An async_exec call (bls.py): its loop takes it.
-                            call.waker[0].call_soon_threadsafe(self._resolve, call)
+                            self._async_done(call)  # bls.py: its loop takes it
                     self._cond.notify_all()
             if call is None:
                 self._return_blocks(wire)  # nobody waits for it any more
