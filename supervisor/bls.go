@@ -100,6 +100,18 @@ func (s *Supervisor) bls(p *stubproc.Proc, m *ipc.InferExecMsg, stop <-chan stru
 		p.BLSReply(m.ID, nil, blsSubmitError(m.ModelName, err), true)
 		return
 	}
+	if stop != nil && len(mv.steps) > 0 {
+		// An ensemble runs on the goroutine that submits it, to its end:
+		// not on a reader whose own request may give up meanwhile.
+		go s.blsSubmit(p, m, req, blocks, mv, nil)
+		return
+	}
+	s.blsSubmit(p, m, req, blocks, mv, stop)
+}
+
+// blsSubmit queues the BLS request req (its inputs in the caller's blocks)
+// for mv and waits for its end, as bls says.
+func (s *Supervisor) blsSubmit(p *stubproc.Proc, m *ipc.InferExecMsg, req *backendapi.InferRequest, blocks []uint64, mv *modelVersion, stop <-chan struct{}) {
 	var endTrace func()
 	if m.Request.TraceContext != "" {
 		if req.Trace = p.ChildTrace(m, req.ModelVersion); req.Trace != nil {
