@@ -5,6 +5,7 @@ package main
 // server, driven over HTTP and gRPC.
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
@@ -249,6 +251,46 @@ func TestBLS(t *testing.T) {
 		waitFor(t, 10*time.Second, "the callee to log the BLS request's timeout", func() bool {
 			return strings.Contains(s.Log(), "Request timeout: 11000000000")
 		})
+	})
+
+	// The client gives up while its model waits for a BLS call served by
+	// the client's own reader: the client hears at once, the call goes on
+	// to its end elsewhere, and the model, answered, serves the next one.
+	t.Run("a client that gives up while its model waits for a call", func(t *testing.T) {
+		var wg sync.WaitGroup
+		slow := map[string]any{"parameters": map[string]any{"sleep_ms": 1000},
+			"inputs": []map[string]any{{"name": "INPUT0", "datatype": "FP32", "shape": []int{1, 1}, "data": []float32{0}}}}
+		for range 2 {
+			wg.Add(1)
+			go func() { defer wg.Done(); postInfer(s.HTTP, "identity_timeout", slow) }()
+		}
+		t.Cleanup(wg.Wait)
+		waitInFlight(t, s, "identity_timeout", 2, 30*time.Second, "two requests in identity_timeout's stub")
+		ctx, cancel := context.WithCancel(callCtx(t))
+		req := &pb.ModelInferRequest{ModelName: "bls_forward",
+			Parameters: map[string]*pb.InferParameter{"add_batch_dim": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}},
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				{Name: "MODEL_NAME", Datatype: "BYTES", Shape: []int64{1}},
+				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}},
+			},
+			RawInputContents: [][]byte{ipctest.BYTES("identity_timeout"), ipctest.FP32(in0...)}}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.ModelInfer(ctx, req)
+			errc <- err
+		}()
+		waitInFlight(t, s, "bls_forward", 1, 30*time.Second, "the request in bls_forward's stub")
+		cancel()
+		if err := <-errc; status.Code(err) != codes.Canceled {
+			t.Fatalf("got %v, want Canceled", err)
+		}
+		resp, err := c.ModelInfer(callCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, raw := outputByName(t, resp, "OUTPUT0"); string(raw) != string(ipctest.FP32(in0...)) {
+			t.Fatalf("OUTPUT0 = %v", raw)
+		}
 	})
 
 	t.Run("decoupled BLS streams to a gRPC client", func(t *testing.T) {
