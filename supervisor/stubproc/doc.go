@@ -53,10 +53,11 @@
 //     (Cancel sends one message).
 //   - reader: Host.Control runs on a goroutine of its own, started per
 //     ModelControl message. Host.BLS runs on the reader that found the
-//     InferExec when that reader waits for a request of its own and
-//     nothing streams (read gives the lead back first, and the call goes
-//     on on a goroutine of its own if that request gives up); otherwise on
-//     a goroutine of its own. The Host ends them.
+//     InferExec when that reader waits for a request of its own, nothing
+//     streams and the callee is no ensemble (read gives the lead back
+//     first, and the call goes on on a goroutine of its own if that
+//     request gives up); otherwise on a goroutine of its own. The Host
+//     ends them.
 //
 // # Lock order
 //
