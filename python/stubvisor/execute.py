@@ -18,6 +18,7 @@ from .common import (
     _FINAL,
     _FrameTooLarge,
     _INLINE,
+    _INLINE_MAX,
     _INTERNAL,
     _K_EXECUTE_DONE,
     _K_RESPONSE,
@@ -62,12 +63,14 @@ class ExecuteMixin:
         try:
             if on_device:
                 self._inputs_to_host(on_device)
-            model = self.model
-            if model is None:
-                raise StubError("Python model '" + self.instance + "' is not initialized.")
-            execute = getattr(model, "execute", None)
-            if execute is None:
-                raise StubError("Python model " + self.model_file + " does not implement `execute` method.")
+            # An attribute read, not getattr(): a builtin call costs more
+            # than the (zero-cost) try.
+            try:
+                execute = self.model.execute
+            except AttributeError:
+                if self.model is None:
+                    raise StubError("Python model '" + self.instance + "' is not initialized.") from None
+                raise StubError("Python model " + self.model_file + " does not implement `execute` method.") from None
             returned = execute(requests)
             # iscoroutine costs an ABC check; the usual list is not one.
             if type(returned) is not list and asyncio.iscoroutine(returned):
@@ -149,13 +152,14 @@ class ExecuteMixin:
             # pb._tensor and pb._fill_request do, without their calls),
             # from the wire's arrays unpacked at once in the order of
             # fields.REQUEST_FIELDS and TENSOR_FIELDS (test_fields checks
-            # it): this runs for every request and every input.
-            if len(w) == 8:  # no output targets, no trace context
+            # it): this runs for every request and every input. The usual
+            # lengths are tried by unpacking (a try costs nothing until it
+            # raises; len() is a call).
+            trace = _DEFAULT_TRACE
+            try:  # no output targets, no trace context
                 handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w
-                trace = _DEFAULT_TRACE
-            else:
+            except ValueError:
                 handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w[:8]
-                trace = _DEFAULT_TRACE
                 if len(w) > R_OUTPUT_TARGETS:
                     if w[R_OUTPUT_TARGETS]:
                         self._shm_targets[handle] = {o[O_NAME]: (o[O_REGION_ID], o[O_OFFSET], o[O_SIZE])
@@ -165,12 +169,13 @@ class ExecuteMixin:
             inputs = []
             cuda = False
             for t in wire_inputs:
-                # Six elements, or seven: the region id of a client or
-                # CUDA tensor, the bytes of an inline one.
-                if len(t) != 7:
-                    t = t[:7] if len(t) > 7 else t + [None]
                 x = new_tensor(tensor_type)
-                x._name, x._dtype, x._shape, loc, offset, size, extra = t
+                # Seven elements (the 7th: the region id of a client or
+                # CUDA tensor, the bytes of an inline one), or six.
+                try:
+                    x._name, x._dtype, x._shape, loc, offset, size, extra = t
+                except ValueError:
+                    x._name, x._dtype, x._shape, loc, offset, size, extra = (t[:7] if len(t) > 7 else t + [None])
                 x._np = None
                 if loc == _INLINE:
                     # The bytes came in the message: the src holds them
@@ -216,7 +221,6 @@ class ExecuteMixin:
         _wire_response) handles with its checks and texts."""
         if len(returned) != len(requests) or self.decoupled or self._shm_targets:
             return None
-        room = self._inline_room
         heads = _heads
         frame = [_DONE_OPEN, _uint(batch_id), _nil_array(len(requests))]
         for req, resp in zip(requests, returned):
@@ -224,29 +228,44 @@ class ExecuteMixin:
                     or req._send_state is not None or req._release_flags != _RELEASE_ALL):
                 return None
             req._final = True  # (the general path sets it too, if this one gives up)
-            requested = req._requested
-            at = len(frame)
-            frame.append(None)  # the response's start, once its outputs are counted
-            for t in resp._outputs:
-                if requested and t._name not in requested:
-                    continue
+            outputs = resp._outputs
+            if req._requested:
+                outputs = self._requested_outputs(req, outputs)
+            frame.append(_final_response_open(req._handle, len(outputs)))
+            for t in outputs:
                 array = t._np
                 if array is None:
                     return None
                 # b"" (falsy) for an output that does not travel inline.
                 head = heads.get((t._name, t._dtype, array.shape))
-                if head is None:
-                    head = _inline_head(t._name, t._dtype, array.shape, array.nbytes)
                 if not head:
-                    return None
-                data = array.tobytes()
-                room -= len(data)
-                if room < 0:
-                    return None
-                frame += (head, data)
-            frame[at] = _final_response_open(req._handle, (len(frame) - at) >> 1)
+                    if head is not None:
+                        return None
+                    head = _inline_head(t._name, t._dtype, array.shape, array.nbytes)
+                    if not head:
+                        return None
+                frame += (head, array.tobytes())
             frame.append(_NO_PARAMETERS)
+        # Every inline output is at most INLINE_MAX bytes and takes two
+        # pieces of the frame: only a batch with many can pass the inline
+        # room (a quarter of a frame), and only then are they added up.
+        if len(frame) * (_INLINE_MAX // 2) > self._inline_room and self._inline_bytes(requests, returned) > self._inline_room:
+            return None
         return b"".join(frame)
+
+    @staticmethod
+    def _requested_outputs(req, outputs):
+        requested = req._requested
+        return [t for t in outputs if t._name in requested]
+
+    def _inline_bytes(self, requests, returned):
+        """The bytes of the outputs _usual_done put in its frame."""
+        n = 0
+        for req, resp in zip(requests, returned):
+            outputs = self._requested_outputs(req, resp._outputs) if req._requested else resp._outputs
+            for t in outputs:
+                n += t._np.nbytes
+        return n
 
     def _left_to_sender(self, requests):
         """The handles of requests (of a model that is not decoupled) that

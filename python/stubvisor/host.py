@@ -257,25 +257,31 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         itself and handling everything else on the way."""
         commands = self._commands
         reader = self._reader
+        ch = self.ch
         self._idle = True
         while True:
             if commands:
                 return self._took(commands.popleft())
-            self._main_waiting = True
             # Positional arguments, and the untimed try first: keywords and
-            # a timed acquire cost about 1.5k instructions more.
-            got = reader.acquire(False) or reader.acquire(True, _BUSY_PERIOD)
-            self._main_waiting = False
-            if not got:
-                continue
+            # a timed acquire cost about 1.5k instructions more. Pumping
+            # threads leave the lock to the main thread while it waits
+            # for it (_main_waiting).
+            if not reader.acquire(False):
+                self._main_waiting = True
+                got = reader.acquire(True, _BUSY_PERIOD)
+                self._main_waiting = False
+                if not got:
+                    continue
             msg = None
             try:
                 if not commands:
-                    msg = self.ch.recv_held(None)
+                    msg = ch.recv_held(None, False)
             except _PeerDead:
                 _exit_now(1)
             finally:
                 reader.release()
+                # The release fenced the head recv_held stored.
+                ch.wake_writer()
                 if self._cond_waiters:
                     with self._cond:
                         self._cond.notify_all()

@@ -252,16 +252,18 @@ def _word32(addr):
 
 
 def _publisher64(addr):
-    """A function that stores a u64 at addr as a full fence: every later
-    load of this thread is ordered after the store (the Dekker handshake
-    of the wake-up flags needs it). On x86-64 a plain store followed by
-    acquiring and releasing a lock nobody else takes: the acquire is a
-    locked read-modify-write (mutual exclusion needs one), which x86
-    orders as a full fence, and costs a fifth of a call into libatomic
-    through ctypes (about 1k instructions against 4.6k). Elsewhere the
-    sequentially consistent exchange of libatomic."""
+    """(publish, word, fence): publish(value) stores a u64 at addr as a
+    full fence: every later load of this thread is ordered after the store
+    (the Dekker handshake of the wake-up flags needs it). On x86-64 a plain
+    store to word followed by acquiring and releasing the lock fence,
+    which nobody else takes: the acquire is a locked read-modify-write
+    (mutual exclusion needs one), which x86 orders as a full fence, and
+    costs a fifth of a call into libatomic through ctypes (about 1k
+    instructions against 4.6k); the hot paths inline these three steps
+    (word and fence are None elsewhere). Elsewhere the sequentially
+    consistent exchange of libatomic."""
     if not _PLAIN_LOADS:
-        return lambda value: _xchg8(addr, value, _SEQ_CST)
+        return (lambda value: _xchg8(addr, value, _SEQ_CST)), None, None
     word = ctypes.c_uint64.from_address(addr)
     fence = threading.Lock()
     acquire, release = fence.acquire, fence.release
@@ -271,7 +273,7 @@ def _publisher64(addr):
         acquire()
         release()
 
-    return publish
+    return publish, word, fence
 
 
 def _loader64(addr):
@@ -399,7 +401,9 @@ class _Ring:
         self.load_tail = _loader64(self.tail_addr)
         self.load_head = _loader64(self.head_addr)
         # Only the producer stores tail and only the consumer head.
-        self.publish = _publisher64(self.tail_addr if producer else self.head_addr)
+        self.publish, self.own, fence = _publisher64(self.tail_addr if producer else self.head_addr)
+        if fence is not None:
+            self.fence_acquire, self.fence_release = fence.acquire, fence.release
         self.cursor = self.tail.value if producer else self.head.value
         self.data_off = off + RING_INDEX_BYTES
         self.size = size
@@ -764,11 +768,11 @@ class Channel:
         """Encode msg (a list: [kind, id, ...]) and queue it for the
         supervisor. Blocks while the ring is full; raises PeerDead."""
         with self._send_lock:
-            if self._closed:
-                raise PeerDead("stubvisor.ipc: channel closed")
-            if self._dead.value:
-                raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
+            if self._closed or self._dead.value:
+                self._refuse()
             self._push(self._packer.pack(msg))
+        if self._out.reader_sleeping.value:
+            _futex_wake(self._out.tail_addr)
 
     def send_frame(self, data):
         """Queue a message already encoded as msgpack bytes (see
@@ -776,36 +780,50 @@ class Channel:
         lock = self._send_lock
         lock.acquire()
         try:
-            if self._closed:
-                raise PeerDead("stubvisor.ipc: channel closed")
-            if self._dead.value:
-                raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
+            if self._closed or self._dead.value:
+                self._refuse()
             self._push(data)
         finally:
             lock.release()
+        if self._out.reader_sleeping.value:
+            _futex_wake(self._out.tail_addr)
+
+    def _refuse(self):
+        if self._closed:
+            raise PeerDead("stubvisor.ipc: channel closed")
+        raise PeerDead("stubvisor.ipc: the supervisor marked the region dead")
 
     def _push(self, data):
-        """Queue one frame; the caller holds the send lock."""
+        """Queue one frame; the caller holds the send lock, and once it
+        released it, wakes the reader if its flag says it sleeps.
+
+        On x86-64 the new tail is a plain store here: releasing the send
+        lock is a locked read-modify-write, the full fence between this
+        store and the caller's load of the flag (the reader either sees
+        the new tail before it sleeps, or the caller sees its flag), so
+        the store needs no fence of its own. Elsewhere publish() is the
+        sequentially consistent exchange."""
         r = self._out
         n = len(data)
-        need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+        need = (n + 11) & -8  # (FRAME_HEADER_BYTES + n) rounded up to FRAME_ALIGN
         tail = r.cursor
         pos = tail & r.mask
-        if r.size - pos < need or r.size - (tail - r.head.value) < need or n > r.max_frame:
+        size = r.size
+        if pos + need > size or tail + need - r.head.value > size or n > r.max_frame:
             return self._push_slow(data)
         # The common case, inline: the frame fits before the end of
         # the ring and there is room for it.
         start = r.data_off + pos
         mv = self._mv
         _U32.pack_into(mv, start, n)
-        mv[start + FRAME_HEADER_BYTES:start + FRAME_HEADER_BYTES + n] = data
+        start += FRAME_HEADER_BYTES
+        mv[start:start + n] = data
         tail += need
         r.cursor = tail
-        # A full-fence store: the reader either sees the new tail
-        # before it sleeps, or we see its flag below and wake it.
-        r.publish(tail)
-        if r.reader_sleeping.value:
-            _futex_wake(r.tail_addr)
+        if _PLAIN_LOADS:
+            r.own.value = tail
+        else:
+            r.publish(tail)
 
     def _check_open(self):
         if self._closed:
@@ -863,10 +881,15 @@ class Channel:
         """The lock recv holds; see recv_held."""
         return self._recv_lock
 
-    def recv_held(self, timeout=None):
+    def recv_held(self, timeout=None, fenced=True):
         """recv for a caller that already holds recv_lock: the stub's host
         reads under it, one lock a message instead of two (close takes it
-        too, so no read is inside the mapping when it goes)."""
+        too, so no read is inside the mapping when it goes).
+
+        With fenced False the new head is, on x86-64, a plain store: the
+        caller releases recv_lock (a locked read-modify-write, which x86
+        orders as a full fence) and then calls wake_writer(), as _push
+        and send do with the send lock."""
         if self._closed:
             raise PeerDead("stubvisor.ipc: channel closed")
         r = self._in
@@ -882,27 +905,28 @@ class Channel:
                     return None
                 continue
             avail = tail - head
-            if avail < 0 or avail > r.size:
-                raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
             pos = head & r.mask
             start = r.data_off + pos
-            mv = self._mv
-            (n,) = _U32.unpack_from(mv, start)
-            if n == WRAP_MARKER:
-                skip = r.size - pos
-                if skip > avail:
-                    raise ProtocolError("stubvisor.ipc: wrap marker with %d bytes queued" % avail)
-                self._consumed(r, head + skip)
-                continue
-            need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
-            if n > r.max_frame or pos + FRAME_HEADER_BYTES + n > r.size or need > avail:
+            (n,) = _U32.unpack_from(self._mv, start)
+            need = (n + 11) & -8  # (FRAME_HEADER_BYTES + n) rounded up to FRAME_ALIGN
+            # One test for the usual frame; a wrap marker (whose need is
+            # past any ring) and anything wrong are sorted out inside.
+            if need > avail or pos + need > r.size or avail > r.size or n > r.max_frame:
+                if avail < 0 or avail > r.size:
+                    raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
+                if n == WRAP_MARKER:
+                    skip = r.size - pos
+                    if skip > avail:
+                        raise ProtocolError("stubvisor.ipc: wrap marker with %d bytes queued" % avail)
+                    self._consumed(r, head + skip)
+                    continue
                 raise ProtocolError("stubvisor.ipc: frame of %d bytes with %d queued" % (n, avail))
             start += FRAME_HEADER_BYTES
             try:
-                msg = _unpack_strict(mv[start:start + n])
+                msg = _unpack_strict(self._mv[start:start + n])
             except ValueError:
                 try:
-                    msg = _unpackb(mv[start:start + n], raw=False, strict_map_key=False)
+                    msg = _unpackb(self._mv[start:start + n], raw=False, strict_map_key=False)
                 except Exception as e:
                     self._consumed(r, head + need)
                     raise ProtocolError("stubvisor.ipc: undecodable frame: %s" % e) from e
@@ -912,12 +936,22 @@ class Channel:
             # Inline _consumed: this is the hot path.
             head += need
             r.cursor = head
-            r.publish(head)
-            if r.writer_sleeping.value:
-                _futex_wake(r.head_addr)
+            if fenced or not _PLAIN_LOADS:
+                r.publish(head)
+                if r.writer_sleeping.value:
+                    _futex_wake(r.head_addr)
+            else:
+                r.own.value = head
             if type(msg) is not list or len(msg) < 2:
                 raise ProtocolError("stubvisor.ipc: frame is not a message array")
             return msg
+
+    def wake_writer(self):
+        """After recv_held(fenced=False) and the release of recv_lock: wake
+        the supervisor if it sleeps waiting for room."""
+        r = self._in
+        if _PLAIN_LOADS and r.writer_sleeping.value:
+            _futex_wake(r.head_addr)
 
     def _consumed(self, r, head):
         r.cursor = head
