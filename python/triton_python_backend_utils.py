@@ -747,6 +747,20 @@ class Tensor:
     __slots__ = ("_name", "_dtype", "_np", "_shape", "_src", "__weakref__")
 
     def __init__(self, name, numpy_array):
+        # The usual tensor first, in one test: a C-contiguous array of a
+        # type Triton knows, under a non-empty name.
+        if type(numpy_array) is _ndarray and type(name) is str and name:
+            code = _CODE_OF.get(numpy_array.dtype)
+            if code is not None and numpy_array.flags.c_contiguous:
+                self._name = name
+                self._dtype = code
+                self._np = numpy_array
+                self._shape = None
+                self._src = None
+                return
+        self._check_and_set(name, numpy_array)
+
+    def _check_and_set(self, name, numpy_array):
         if type(name) is not str:
             raise TypeError("Tensor(): name must be a str, got " + str(type(name)))
         array = numpy_array

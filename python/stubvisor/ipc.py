@@ -26,6 +26,7 @@ import fcntl
 import os
 import platform
 import struct
+import sys
 import threading
 import time
 
@@ -287,6 +288,31 @@ def _loader32(addr):
 
 
 _U32 = struct.Struct("<I")
+
+
+class _SwappedWords:
+    """_words32 where the native byte order is not the wire's."""
+
+    __slots__ = ("_mv",)
+
+    def __init__(self, mv):
+        self._mv = mv
+
+    def __getitem__(self, i):
+        return _U32.unpack_from(self._mv, 4 * i)[0]
+
+    def __setitem__(self, i, value):
+        _U32.pack_into(self._mv, 4 * i, value)
+
+    def release(self):
+        pass
+
+
+def _words32(mv):
+    """The region as little-endian u32 words, for frame headers (4-byte
+    aligned): a cast view where that is the native order, whose item costs
+    less than a struct call."""
+    return mv.cast("I") if sys.byteorder == "little" else _SwappedWords(mv)
 _unpackb = msgpack.unpackb
 if getattr(msgpack, "version", (1, 0)) >= (1, 0):
     # Keyword arguments cost about 1k instructions a call. msgpack 1.0's
@@ -537,6 +563,7 @@ class Channel:
             raise OSError(err, "stubvisor.ipc: map %s: %s" % (format_bytes(self.region_size), os.strerror(err)))
         self._addr = addr
         self._mv = _memory_view(addr, self.region_size, _PYBUF_WRITE)
+        self._mv32 = _words32(self._mv)
         self._dead = ctypes.c_uint32.from_address(addr + CTL_DEAD)
         self._stub_pid = ctypes.c_uint32.from_address(addr + CTL_STUB_PID)
         rings = (_Ring(addr, self._mv, header["ring0_off"], header["ring_bytes"], side == 0),
@@ -632,6 +659,7 @@ class Channel:
 
     def _unmap(self):
         try:
+            self._mv32.release()
             self._mv.release()
         except BufferError:
             pass  # a caller still holds a buffer export; the mapping goes anyway
@@ -814,10 +842,9 @@ class Channel:
         # The common case, inline: the frame fits before the end of
         # the ring and there is room for it.
         start = r.data_off + pos
-        mv = self._mv
-        _U32.pack_into(mv, start, n)
+        self._mv32[start >> 2] = n
         start += FRAME_HEADER_BYTES
-        mv[start:start + n] = data
+        self._mv[start:start + n] = data
         tail += need
         r.cursor = tail
         if _PLAIN_LOADS:
@@ -836,7 +863,7 @@ class Channel:
         if n > r.max_frame:
             raise FrameTooLarge("stubvisor.ipc: %d-byte message, the ring takes %d: frame too large"
                              % (n, r.max_frame))
-        need = (n + FRAME_HEADER_BYTES + FRAME_ALIGN - 1) & ~(FRAME_ALIGN - 1)
+        need = (n + 11) & -8  # (FRAME_HEADER_BYTES + n) rounded up to FRAME_ALIGN
         tail = r.cursor
         pos = tail & r.mask
         room = r.size - pos
@@ -852,10 +879,10 @@ class Channel:
         mv = self._mv
         start = r.data_off + pos
         if room < need:
-            _U32.pack_into(mv, start, WRAP_MARKER)
+            self._mv32[start >> 2] = WRAP_MARKER
             tail += room
             start = r.data_off
-        _U32.pack_into(mv, start, n)
+        self._mv32[start >> 2] = n
         start += FRAME_HEADER_BYTES
         mv[start:start + n] = data
         tail += need
@@ -907,7 +934,7 @@ class Channel:
             avail = tail - head
             pos = head & r.mask
             start = r.data_off + pos
-            (n,) = _U32.unpack_from(self._mv, start)
+            n = self._mv32[start >> 2]
             need = (n + 11) & -8  # (FRAME_HEADER_BYTES + n) rounded up to FRAME_ALIGN
             # One test for the usual frame; a wrap marker (whose need is
             # past any ring) and anything wrong are sorted out inside.
