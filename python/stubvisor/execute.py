@@ -152,13 +152,11 @@ class ExecuteMixin:
             # pb._tensor and pb._fill_request do, without their calls),
             # from the wire's arrays unpacked at once in the order of
             # fields.REQUEST_FIELDS and TENSOR_FIELDS (test_fields checks
-            # it): this runs for every request and every input. The usual
-            # lengths are tried by unpacking (a try costs nothing until it
-            # raises; len() is a call).
+            # it): this runs for every request and every input.
             trace = _DEFAULT_TRACE
-            try:  # no output targets, no trace context
+            if len(w) == 8:  # no output targets, no trace context
                 handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w
-            except ValueError:
+            else:
                 handle, request_id, correlation_id, flags, wire_inputs, requested, params, timeout = w[:8]
                 if len(w) > R_OUTPUT_TARGETS:
                     if w[R_OUTPUT_TARGETS]:
@@ -169,13 +167,12 @@ class ExecuteMixin:
             inputs = []
             cuda = False
             for t in wire_inputs:
+                # Six elements (an arena input), or seven: the region id
+                # of a client or CUDA tensor, the bytes of an inline one.
+                if len(t) != 7:
+                    t = t[:7] if len(t) > 7 else t + [None]
                 x = new_tensor(tensor_type)
-                # Seven elements (the 7th: the region id of a client or
-                # CUDA tensor, the bytes of an inline one), or six.
-                try:
-                    x._name, x._dtype, x._shape, loc, offset, size, extra = t
-                except ValueError:
-                    x._name, x._dtype, x._shape, loc, offset, size, extra = (t[:7] if len(t) > 7 else t + [None])
+                x._name, x._dtype, x._shape, loc, offset, size, extra = t
                 x._np = None
                 if loc == _INLINE:
                     # The bytes came in the message: the src holds them
