@@ -9,6 +9,12 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 
+# Not empty in a child forked from this process: only then can a caller of
+# Host._check_owner be in another process than the Host's (getpid is a
+# system call, and every message sent passes there).
+_FORKED = []
+os.register_at_fork(after_in_child=lambda: _FORKED.append(True))
+
 _FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _INTERNAL = pb.TritonError.INTERNAL
 

@@ -11,6 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb
 
 from .common import (
+    _FORKED,
     _ARENA1,
     _BYTES,
     _CLIENT,
@@ -23,6 +24,8 @@ from .common import (
     _K_EXECUTE_DONE,
     _K_RESPONSE,
     _clip,
+    _PeerDead,
+    _exit_now,
     _over_memory,
 )
 from .fields import (
@@ -40,12 +43,14 @@ from .fields import (
     T_SIZE,
 )
 from .fastwire import DONE_OPEN as _DONE_OPEN
+from .fastwire import FINAL_NIL_ARRAY as _FINAL_NIL_ARRAY
 from .fastwire import NO_PARAMETERS as _NO_PARAMETERS
-from .fastwire import final_response_open as _final_response_open
+from .fastwire import RESPONSE_OPEN as _RESPONSE_OPEN
+from .fastwire import final_nil_array as _final_nil_array
 from .fastwire import heads as _heads
 from .fastwire import inline_head as _inline_head
 from .fastwire import nil_array as _nil_array
-from .fastwire import uint as _uint
+from .fastwire import pack_uint as _uint
 from .loader import StubError, describe
 
 _RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
@@ -87,8 +92,13 @@ class ExecuteMixin:
             self._fail_batch(batch_id, requests, exc)
             return
         if frame is not None:
+            # _send_frame inline.
+            if _FORKED:
+                self._check_owner("Talking to the server")
             try:
-                self._send_frame(frame)
+                self.ch.send_frame(frame)
+            except _PeerDead:
+                _exit_now(1)
             except _FrameTooLarge as exc:
                 self._fail_batch(batch_id, requests, exc)
                 return
@@ -219,7 +229,11 @@ class ExecuteMixin:
         if len(returned) != len(requests) or self.decoupled or self._shm_targets:
             return None
         heads = _heads
-        frame = [_DONE_OPEN, _uint(batch_id), _nil_array(len(requests))]
+        uint = _uint
+        # The pieces of fastwire's messages laid out here rather than
+        # through its functions: a Python call costs about 350
+        # instructions, and this runs for every batch.
+        frame = [_DONE_OPEN, uint(batch_id), _nil_array(len(requests))]
         for req, resp in zip(requests, returned):
             if (type(resp) is not _Response or resp._error is not None or resp._params
                     or req._send_state is not None or req._release_flags != _RELEASE_ALL):
@@ -228,7 +242,8 @@ class ExecuteMixin:
             outputs = resp._outputs
             if req._requested:
                 outputs = self._requested_outputs(req, outputs)
-            frame.append(_final_response_open(req._handle, len(outputs)))
+            n = len(outputs)
+            frame += (_RESPONSE_OPEN, uint(req._handle), _FINAL_NIL_ARRAY[n] if n < 16 else _final_nil_array(n))
             for t in outputs:
                 array = t._np
                 if array is None:

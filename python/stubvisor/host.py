@@ -36,6 +36,7 @@ import triton_python_backend_utils as pb
 from . import ipc
 from .clientshm import ClientRegions
 from .common import (
+    _FORKED,
     _CANCELLED_MAX,
     _CLIENT,
     _COMMANDS,
@@ -82,19 +83,6 @@ from .bls import BLSMixin
 from .execute import ExecuteMixin
 from .lifecycle import LifecycleMixin
 from .responses import ResponsesMixin
-
-
-# Set in a child forked from this process: only then can a caller of
-# _check_owner be in another process than the Host's.
-_forked = False
-
-
-def _note_fork():
-    global _forked
-    _forked = True
-
-
-os.register_at_fork(after_in_child=_note_fork)
 
 
 class _SharedMemoryShim:
@@ -258,6 +246,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         commands = self._commands
         reader = self._reader
         ch = self.ch
+        writer_sleeping = ch.writer_sleeping
         self._idle = True
         while True:
             if commands:
@@ -281,7 +270,8 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             finally:
                 reader.release()
                 # The release fenced the head recv_held stored.
-                ch.wake_writer()
+                if writer_sleeping.value:
+                    ch.wake_writer()
                 if self._cond_waiters:
                     with self._cond:
                         self._cond.notify_all()
@@ -417,7 +407,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         instead of touching the stub's rings and arenas. The pid is looked
         up only after a fork (getpid is a system call, and every message
         sent passes here)."""
-        if _forked and os.getpid() != self._owner_pid:
+        if _FORKED and os.getpid() != self._owner_pid:
             raise pb.TritonModelException(
                 "%s is not supported in a process forked from the model's stub (pid %d, the stub is pid %d): "
                 "a forked child shares the stub's shared memory and must not use it; make the call in the stub's "

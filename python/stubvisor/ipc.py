@@ -572,6 +572,9 @@ class Channel:
         usage = (CTL_ARENA0_USAGE, CTL_ARENA1_USAGE)
         beats = (CTL_SUP_HEARTBEAT, CTL_STUB_HEARTBEAT)
         self._out, self._in = rings[side], rings[1 - side]
+        # The peer's flag that it sleeps waiting for room on the ring this
+        # side reads (its .value is true then); see wake_writer.
+        self.writer_sleeping = self._in.writer_sleeping
         self._own_loc, self._peer_loc = side, 1 - side
         self._own_beat_addr = addr + beats[side]
         self._peer_beat = ctypes.c_uint64.from_address(addr + beats[1 - side])
@@ -805,16 +808,31 @@ class Channel:
     def send_frame(self, data):
         """Queue a message already encoded as msgpack bytes (see
         fastwire); otherwise as send."""
+        r = self._out
         lock = self._send_lock
         lock.acquire()
         try:
             if self._closed or self._dead.value:
                 self._refuse()
-            self._push(data)
+            # _push inline, for the usual small frame.
+            n = len(data)
+            need = (n + 11) & -8
+            tail = r.cursor
+            pos = tail & r.mask
+            if pos + need > r.size or tail + need - r.head.value > r.size or n > r.max_frame or not _PLAIN_LOADS:
+                self._push(data)
+            else:
+                start = r.data_off + pos
+                self._mv32[start >> 2] = n
+                start += FRAME_HEADER_BYTES
+                self._mv[start:start + n] = data
+                tail += need
+                r.cursor = tail
+                r.own.value = tail
         finally:
             lock.release()
-        if self._out.reader_sleeping.value:
-            _futex_wake(self._out.tail_addr)
+        if r.reader_sleeping.value:
+            _futex_wake(r.tail_addr)
 
     def _refuse(self):
         if self._closed:
@@ -975,7 +993,8 @@ class Channel:
 
     def wake_writer(self):
         """After recv_held(fenced=False) and the release of recv_lock: wake
-        the supervisor if it sleeps waiting for room."""
+        the supervisor if it sleeps waiting for room. A caller may look
+        at writer_sleeping.value first and call this only when it is set."""
         r = self._in
         if _PLAIN_LOADS and r.writer_sleeping.value:
             _futex_wake(r.head_addr)
