@@ -57,6 +57,11 @@ _RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 _RELEASE_ALL = pb.TRITONSERVER_REQUEST_RELEASE_ALL
 _Response = pb.InferenceResponse
 _DEFAULT_TRACE = pb._DEFAULT_TRACE
+_DEFAULT_MEMORY = pb._DEFAULT_PREFERRED_MEMORY
+_new_tensor = pb._new_tensor
+_Tensor = pb.Tensor
+_new_request = pb._new_request
+_Request = pb.InferenceRequest
 
 
 class ExecuteMixin:
@@ -148,13 +153,6 @@ class ExecuteMixin:
     def _requests(self, msg):
         """The pb_utils requests of an Execute, and the inputs of theirs
         that live in CUDA memory (None when none do)."""
-        new_tensor = pb._new_tensor
-        tensor_type = pb.Tensor
-        new_request = pb._new_request
-        request_type = pb.InferenceRequest
-        model_name = self.model_name
-        model_version = self.model_version
-        memory = pb._DEFAULT_PREFERRED_MEMORY
         requests = []
         on_device = None
         for w in msg[EXECUTE_REQUESTS]:
@@ -181,7 +179,7 @@ class ExecuteMixin:
                 # of a client or CUDA tensor, the bytes of an inline one.
                 if len(t) != 7:
                     t = t[:7] if len(t) > 7 else t + [None]
-                x = new_tensor(tensor_type)
+                x = _new_tensor(_Tensor)
                 x._name, x._dtype, x._shape, loc, offset, size, extra = t
                 x._np = None
                 if loc == _INLINE:
@@ -197,7 +195,7 @@ class ExecuteMixin:
                 inputs.append(x)
             if cuda:
                 on_device = (on_device or []) + [x for x in inputs if not x.is_cpu()]
-            r = new_request(request_type)
+            r = _new_request(_Request)
             r._handle = handle
             r._id = request_id
             r._correlation_id = correlation_id
@@ -206,9 +204,9 @@ class ExecuteMixin:
             r._requested = requested
             r._params = params
             r._timeout = timeout
-            r._model_name = model_name
-            r._model_version = model_version
-            r._preferred_memory = memory
+            r._model_name = self.model_name
+            r._model_version = self.model_version
+            r._preferred_memory = _DEFAULT_MEMORY
             r._trace = trace
             r._sender = None
             r._send_state = None
