@@ -26,9 +26,11 @@ class FastwireTest(unittest.TestCase):
         for n in INTS:
             with self.subTest(n=n):
                 self.assertEqual(fastwire.uint(n), pack(n))
+                self.assertEqual(fastwire.pack_uint(n), pack(n))
         for n in [0, 1, 15, 16, 65535, 65536]:
             with self.subTest(array=n):
                 self.assertEqual(fastwire.array_header(n) + pack(0) * n, pack([0] * n))
+                self.assertEqual(fastwire.final_nil_array(n) + pack(0) * n, pack([1, None, [0] * n])[1:])
 
     def test_inline_output_descriptor(self):
         for name in NAMES:
