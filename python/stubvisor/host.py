@@ -226,6 +226,11 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             wake.clear()
             if self._stop.is_set():
                 return
+            # A dead mark whose wake-up came just before the main thread's
+            # futex wait leaves that wait asleep for its whole slice: the
+            # beat looks at the mark too, so the stub leaves within a beat.
+            if self.ch.marked_dead():
+                _exit_now(1)
             try:
                 self.ch.beat()
                 self._flush_frees()

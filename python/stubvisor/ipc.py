@@ -696,6 +696,10 @@ class Channel:
             return True
         return False
 
+    def marked_dead(self):
+        """True once the supervisor marked the region dead."""
+        return bool(self._dead.value)
+
     def mark_dead(self):
         """Set the dead word and wake every waiter (the supervisor's reaper;
         tests use it to play that role)."""
