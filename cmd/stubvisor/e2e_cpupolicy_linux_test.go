@@ -67,7 +67,7 @@ func TestCPUPolicy(t *testing.T) {
 		serverPolicy int
 		slice        int // 0: the kernel's own
 	}{
-		{nil, unix.SCHED_NORMAL, 100000},
+		{nil, unix.SCHED_BATCH, 0},
 		{[]string{"--cpu-policy=latency"}, unix.SCHED_NORMAL, 100000},
 		{[]string{"--cpu-policy=batch"}, unix.SCHED_BATCH, 0},
 	}

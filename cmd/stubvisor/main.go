@@ -190,8 +190,8 @@ func parseFlags(args []string) (*config, error) {
 
 // registerCPUPolicy registers --cpu-policy (supervisor.CPUPolicy).
 func registerCPUPolicy(fs *flag.FlagSet, policy *supervisor.CPUPolicy) {
-	*policy = supervisor.PolicyLatency
-	fs.Func("cpu-policy", "how the server and its stubs share the CPU: latency (default: each wake-up of a request preempts CPU-bound neighbours at once) or batch (the server never preempts a stub; neighbours delay every wake-up)", func(v string) error {
+	*policy = supervisor.PolicyBatch
+	fs.Func("cpu-policy", "how the server and its stubs share the CPU: batch (default: the server's threads never preempt a stub on wake-up) or latency (the server and its stubs run with a 100 µs slice, so their wake-ups preempt CPU-bound neighbours)", func(v string) error {
 		if p := supervisor.CPUPolicy(v); p == supervisor.PolicyLatency || p == supervisor.PolicyBatch {
 			*policy = p
 			return nil

@@ -13,10 +13,12 @@ const (
 	// PolicyLatency runs the supervisor and its stubs under the normal
 	// policy with a short slice (LatencySlice). A request wakes three
 	// threads in turn (the server's, the stub's, the server's again); on a
-	// node shared with CPU-bound neighbours each wake-up then preempts the
-	// neighbour at once (Linux's EEVDF lets a thread with a shorter slice
-	// preempt on wake-up), where under SCHED_BATCH it waited out the
-	// neighbour's slice, milliseconds per request.
+	// node shared with CPU-bound neighbours each wake-up may then preempt
+	// the neighbour at once (Linux's EEVDF lets a thread with a shorter
+	// slice preempt on wake-up), where under SCHED_BATCH it can wait out
+	// the neighbour's slice. Measured on a 2-vCPU VM it cost 10-20% at c16
+	// when quiet and gained nothing consistent beside two busy
+	// neighbours, so it is not the default.
 	PolicyLatency CPUPolicy = "latency"
 	// PolicyBatch runs the supervisor's threads under SCHED_BATCH and its
 	// stubs under the normal policy: a supervisor thread woken by a
