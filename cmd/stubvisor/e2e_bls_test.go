@@ -226,15 +226,7 @@ func TestBLS(t *testing.T) {
 		// Two slow requests fill the callee's instance and its pipeline,
 		// so the BLS request waits in the queue, where its own timeout
 		// (1 ms, allowed by the queue policy) expires.
-		var wg sync.WaitGroup
-		slow := map[string]any{"parameters": map[string]any{"sleep_ms": 1500},
-			"inputs": []map[string]any{{"name": "INPUT0", "datatype": "FP32", "shape": []int{1, 1}, "data": []float32{0}}}}
-		for range 2 {
-			wg.Add(1)
-			go func() { defer wg.Done(); postInfer(s.HTTP, "identity_timeout", slow) }()
-		}
-		t.Cleanup(wg.Wait)
-		waitInFlight(t, s, "identity_timeout", 2, 30*time.Second, "two requests in identity_timeout's stub")
+		wg := fillIdentityTimeout(t, s, 1500)
 		code, body := s.postJSON("/v2/models/bls_forward/infer",
 			blsForwardBody("identity_timeout", map[string]any{"timeout_us": 1000, "add_batch_dim": true}, in0, nil))
 		if code != http.StatusServiceUnavailable || errorText(body) != "Request timeout expired" {
@@ -257,15 +249,7 @@ func TestBLS(t *testing.T) {
 	// the client's own reader: the client hears at once, the call goes on
 	// to its end elsewhere, and the model, answered, serves the next one.
 	t.Run("a client that gives up while its model waits for a call", func(t *testing.T) {
-		var wg sync.WaitGroup
-		slow := map[string]any{"parameters": map[string]any{"sleep_ms": 1000},
-			"inputs": []map[string]any{{"name": "INPUT0", "datatype": "FP32", "shape": []int{1, 1}, "data": []float32{0}}}}
-		for range 2 {
-			wg.Add(1)
-			go func() { defer wg.Done(); postInfer(s.HTTP, "identity_timeout", slow) }()
-		}
-		t.Cleanup(wg.Wait)
-		waitInFlight(t, s, "identity_timeout", 2, 30*time.Second, "two requests in identity_timeout's stub")
+		fillIdentityTimeout(t, s, 1000)
 		ctx, cancel := context.WithCancel(callCtx(t))
 		req := &pb.ModelInferRequest{ModelName: "bls_forward",
 			Parameters: map[string]*pb.InferParameter{"add_batch_dim": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}},
@@ -338,4 +322,22 @@ func TestBLS(t *testing.T) {
 			RawInputContents: [][]byte{ipctest.BYTES("add_sub"), ipctest.FP32(in0...)}})
 		wantStatus(t, err, codes.InvalidArgument, "but missing required input(s) ['INPUT1']")
 	})
+}
+
+// fillIdentityTimeout sends identity_timeout two requests that sleep
+// sleepMS each, which fill its instance and pipeline, and returns once
+// its stub holds both; the returned group ends with them (t.Cleanup
+// waits for it too).
+func fillIdentityTimeout(t *testing.T, s *server, sleepMS int) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	slow := map[string]any{"parameters": map[string]any{"sleep_ms": sleepMS},
+		"inputs": []map[string]any{{"name": "INPUT0", "datatype": "FP32", "shape": []int{1, 1}, "data": []float32{0}}}}
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); postInfer(s.HTTP, "identity_timeout", slow) }()
+	}
+	t.Cleanup(wg.Wait)
+	waitInFlight(t, s, "identity_timeout", 2, 30*time.Second, "two requests in identity_timeout's stub")
+	return &wg
 }
