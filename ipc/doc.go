@@ -76,12 +76,14 @@
 // reader_sleeping=1 with a full fence, re-checks tail, then FUTEX_WAITs on
 // the low 32 bits of tail. The producer stores tail with a full fence and
 // FUTEX_WAKEs only if reader_sleeping is 1. Before sleeping, each side
-// may poll, so a quick answer costs no system call: for at most spin_ns,
-// and only as long as polling has been paying (spin.go; the Python stub
-// does the same): the budget follows the waiter's recent waits and drops
-// to zero when the poller finds itself preempted, so on a contended CPU
-// waiters sleep at once instead of taking the slices the peer needs. No
-// side calls sched_yield. Space waits are symmetric on head/writer_sleeping.
+// may poll, so a quick answer costs no system call: for at most spin_ns
+// (the supervisor's wait for the reply to its one outstanding execute: a
+// few times that, RecvSpin), and only as long as polling has been paying
+// (spin.go; the Python stub does the same): the budget follows the
+// waiter's recent waits and drops to zero when the poller finds itself
+// preempted, and the Go side then sleeps at once for a few waits, more
+// after each further preemption, so on a contended CPU waiters sleep
+// instead of taking the slices the peer needs. No side calls sched_yield. Space waits are symmetric on head/writer_sleeping.
 // Every sleep is a bounded slice after which the waiter re-checks dead
 // (and, in the stub, whether its parent is still the supervisor): 20 ms
 // for a wait with a deadline, 250 ms for one without (an idle stub waiting

@@ -183,6 +183,7 @@ func (c *Conn) poll(word *uint64, old uint64, start time.Time, budget time.Durat
 	}
 	last := start
 	nextGosched := start.Add(yieldEvery)
+	yield := runtime.GOMAXPROCS(0) == 1
 	for i := 1; ; i++ {
 		if atomic.LoadUint64(word) != old {
 			return true, false
@@ -198,9 +199,12 @@ func (c *Conn) poll(word *uint64, old uint64, start time.Time, budget time.Durat
 		if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
 			return false, false
 		}
-		// Let this process's other goroutines have the P now and then
-		// (no system call: the OS thread keeps the CPU).
-		if now.After(nextGosched) {
+		// With a single P, let this process's other goroutines have it
+		// now and then (no system call: the OS thread keeps the CPU).
+		// With more, they run on the others: a Gosched would only wake
+		// an idle one (the runtime's wakep) to find nothing to do, a
+		// context switch every few microseconds of polling.
+		if yield && now.After(nextGosched) {
 			runtime.Gosched()
 			nextGosched = now.Add(yieldEvery)
 		}
