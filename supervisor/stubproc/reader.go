@@ -93,20 +93,29 @@ func (p *Proc) DrainIfFree() {
 	}
 }
 
-// readSpin is how long a reader polls the ring before it sleeps: the
-// stub's own spin while one execute is outstanding, when its answer is the
-// next thing to happen and is usually quicker than a wake-up; none when
-// more are queued, where a polling reader only takes the CPU the stub and
-// the front ends need (measured: c16 throughput fell by a third).
+// readSpin is how long a reader polls the ring before it sleeps: while
+// one execute is outstanding its answer is the next thing to happen, so
+// the reader may poll for up to replySpinFactor times the stub's own spin
+// (a Python model's execute takes longer than the stub's poll for a
+// message, 50 µs by default, and a reply that comes after the poll costs
+// a futex wake of this thread). The spinner (ipc) polls only as long as
+// recent replies took, and not at all while its polls are preempted (a
+// busy machine). None when more executes are queued, where a polling
+// reader only takes the CPU the stub and the front ends need (measured:
+// c16 throughput fell by a third).
 func (p *Proc) readSpin() time.Duration {
 	p.mu.Lock()
 	n := len(p.batches)
 	p.mu.Unlock()
 	if n == 1 {
-		return p.cfg.IPC.Spin
+		return p.cfg.IPC.Spin * replySpinFactor
 	}
 	return 0
 }
+
+// replySpinFactor scales the configured spin into the longest poll of a
+// reader waiting for its one outstanding execute.
+const replySpinFactor = 4
 
 // drain handles the messages already queued on the ring; the caller holds
 // p.lead. It returns ErrTimeout once the ring is empty, or why reading
