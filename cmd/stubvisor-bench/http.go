@@ -307,9 +307,9 @@ func runHTTPCase(c httpCase, srv *benchServer, fastapi *yardProc, run caseRun) e
 // (each one a sleep or a preemption of one of its threads) and time its
 // threads waited for a CPU.
 func printHTTP(name string, s Stats) {
-	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f cpu_us_per_req=%.1f ctx_per_req=%.2f runq_us_per_req=%.1f\n", name, s.PerSecond,
+	fmt.Printf("http %s rps=%.0f p50_us=%.1f p99_us=%.1f cpu_us_per_req=%.1f ctx_per_req=%.2f ctx_children_per_req=%.2f runq_us_per_req=%.1f\n", name, s.PerSecond,
 		float64(s.P50)/float64(time.Microsecond), float64(s.P99)/float64(time.Microsecond),
-		float64(s.CPUPerOp)/float64(time.Microsecond), s.CtxPerOp, float64(s.RunqPerOp)/float64(time.Microsecond))
+		float64(s.CPUPerOp)/float64(time.Microsecond), s.CtxPerOp, s.ChildCtxPerOp, float64(s.RunqPerOp)/float64(time.Microsecond))
 }
 
 // httpOnce sends the case's request once and returns the 200 response.
@@ -409,6 +409,7 @@ func loadHTTP(base string, pid int, c httpCase, warmup, d time.Duration) (Stats,
 	if n := len(samples); n > 0 {
 		s.CPUPerOp = cpu / time.Duration(n)
 		s.CtxPerOp = float64(sched.switches) / float64(n)
+		s.ChildCtxPerOp = float64(sched.childSwitches) / float64(n)
 		s.RunqPerOp = sched.runq / time.Duration(n)
 	}
 	return s, nil

@@ -110,7 +110,10 @@ type Stats struct {
 	PerSecond float64
 	CPUPerOp  time.Duration // CPU time of the server's processes per operation, when measured
 	CtxPerOp  float64       // context switches of the server's threads per operation, when measured
-	RunqPerOp time.Duration // time the server's threads waited for a CPU per operation, when measured
+	// ChildCtxPerOp is the part of CtxPerOp that the server's child
+	// processes (stubs, a yardstick's workers) made.
+	ChildCtxPerOp float64
+	RunqPerOp     time.Duration // time the server's threads waited for a CPU per operation, when measured
 }
 
 // summarize sorts samples (per-operation durations) and returns their

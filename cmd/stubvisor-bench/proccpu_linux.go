@@ -63,15 +63,17 @@ func treeCPU(root int) time.Duration {
 // threads (/proc/<pid>/task/<tid>/schedstat and status): time on a CPU,
 // time runnable but waiting for one (run-queue latency), and context
 // switches, voluntary (the thread slept: a wake-up to come) plus
-// involuntary (it was preempted). Threads that exited are not counted,
-// which over a few seconds of a server's life loses little.
+// involuntary (it was preempted); childSwitches are those of the
+// descendants alone (a server's stubs, a yardstick's workers). Threads
+// that exited are not counted, which over a few seconds of a server's life
+// loses little.
 type schedUse struct {
-	onCPU, runq time.Duration
-	switches    int64
+	onCPU, runq             time.Duration
+	switches, childSwitches int64
 }
 
 func (a schedUse) sub(b schedUse) schedUse {
-	return schedUse{a.onCPU - b.onCPU, a.runq - b.runq, a.switches - b.switches}
+	return schedUse{a.onCPU - b.onCPU, a.runq - b.runq, a.switches - b.switches, a.childSwitches - b.childSwitches}
 }
 
 // treeSched sums schedUse over root and its live descendants.
@@ -94,6 +96,9 @@ func treeSched(root int) schedUse {
 						f := bytes.Fields(line)
 						n, _ := strconv.ParseInt(string(f[len(f)-1]), 10, 64)
 						u.switches += n
+						if pid != root {
+							u.childSwitches += n
+						}
 					}
 				}
 			}
