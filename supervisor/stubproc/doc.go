@@ -15,6 +15,8 @@
 //	proc.go         Proc: one stub process's life (spawn, reap, kill, watch, stop)
 //	exchange.go     the request table: Call, Execute, executeDone, deliver, releases
 //	reader.go       the ring reader: read, readFor, drain, handle
+//	cpugauge.go     whether the stub waits for a CPU when woken: how long a reader polls for a reply
+//	cpugauge_linux.go its figures from /proc/<pid>/schedstat (cpugauge_other.go elsewhere)
 //	request.go      Request: one request until its final response; Batch
 //	gate.go         Config.Gate (the rate limiter): the dispatcher that waits for a grant before each execute
 //	response.go     a stub's response turned into the front end's

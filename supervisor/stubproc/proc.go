@@ -62,6 +62,8 @@ type Proc struct {
 	killReason atomic.Pointer[string]
 
 	slots chan struct{} // one token per Execute the stub may have queued
+	// cpu says whether the stub waits for a CPU when woken (readSpin).
+	cpu cpuGauge
 	// direct and queue are the host's queues the stub takes batches from.
 	direct, queue <-chan *Batch
 	// lead is the token for reading the ring: one reader at a time.

@@ -96,21 +96,24 @@ func (p *Proc) DrainIfFree() {
 // readSpin is how long a reader polls the ring before it sleeps: while
 // one execute is outstanding its answer is the next thing to happen, so
 // the reader may poll for up to replySpinFactor times the stub's own spin
-// (a Python model's execute takes longer than the stub's poll for a
-// message, 50 µs by default, and a reply that comes after the poll costs
-// a futex wake of this thread). The spinner (ipc) polls only as long as
-// recent replies took, and not at all while its polls are preempted (a
-// busy machine). None when more executes are queued, where a polling
-// reader only takes the CPU the stub and the front ends need (measured:
-// c16 throughput fell by a third).
+// while the CPUs are not contended (cpuGauge): a Python model's execute
+// takes longer than the stub's poll for a message, 50 µs by default, and
+// a reply that comes after the poll costs a futex wake of this thread.
+// On contended CPUs the limit is the stub's spin, which a Python execute
+// outlasts, so the spinner (ipc) soon stops polling. None when more
+// executes are queued, where a polling reader only takes the CPU the stub
+// and the front ends need (measured: c16 throughput fell by a third).
 func (p *Proc) readSpin() time.Duration {
 	p.mu.Lock()
 	n := len(p.batches)
 	p.mu.Unlock()
-	if n == 1 {
-		return p.cfg.IPC.Spin * replySpinFactor
+	if n != 1 {
+		return 0
 	}
-	return 0
+	if p.cpu.busy(p.pid, time.Now()) {
+		return p.cfg.IPC.Spin
+	}
+	return p.cfg.IPC.Spin * replySpinFactor
 }
 
 // replySpinFactor scales the configured spin into the longest poll of a
