@@ -96,13 +96,14 @@ func (p *Proc) DrainIfFree() {
 // readSpin is how long a reader polls the ring before it sleeps: while
 // one execute is outstanding its answer is the next thing to happen, so
 // the reader may poll for up to replySpinFactor times the stub's own spin
-// while the CPUs are not contended (cpuGauge): a Python model's execute
-// takes longer than the stub's poll for a message, 50 µs by default, and
-// a reply that comes after the poll costs a futex wake of this thread.
-// On contended CPUs the limit is the stub's spin, which a Python execute
-// outlasts, so the spinner (ipc) soon stops polling. None when more
-// executes are queued, where a polling reader only takes the CPU the stub
-// and the front ends need (measured: c16 throughput fell by a third).
+// while nothing else waits for the stub and the CPUs are not contended
+// (cpuGauge): a Python model's execute takes longer than the stub's poll
+// for a message, 50 µs by default, and a reply that comes after the poll
+// costs a futex wake of this thread. Otherwise the limit is the stub's
+// spin, which a Python execute outlasts, so the spinner (ipc) soon stops
+// polling. None when more executes are outstanding, where a polling
+// reader only takes the CPU the stub and the front ends need (measured:
+// c16 throughput fell by a third).
 func (p *Proc) readSpin() time.Duration {
 	p.mu.Lock()
 	n := len(p.batches)
@@ -110,7 +111,7 @@ func (p *Proc) readSpin() time.Duration {
 	if n != 1 {
 		return 0
 	}
-	if p.cpu.busy(p.pid, time.Now()) {
+	if len(p.queue) > 0 || len(p.direct) > 0 || p.cpu.busy(p.pid, time.Now()) {
 		return p.cfg.IPC.Spin
 	}
 	return p.cfg.IPC.Spin * replySpinFactor
