@@ -117,6 +117,9 @@ type InferRequest struct {
 	// request then and its batch keeps arrival order. It is not called
 	// for a request refused before that; InferStream's return says so.
 	Queued func()
+	// InputBuffer, when set, is the backend's buffer (InputBuffers) that
+	// some inputs' Data lie in: the backend uses those bytes in place.
+	InputBuffer *InputBuffer
 }
 
 // InputTensor is one request input: bytes in memory, or a slice of a

@@ -51,40 +51,25 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 	defer tr.End()
 	c := getCall()
 	defer putCall(c)
-	body, err := c.readBody(w, r, s.maxInput)
+	hdr, bin, hdrGiven, ok := s.readInferBody(w, r, c, model, version, &held)
 	tr.Stamp("HTTP_RECV_END")
-	if err != nil {
-		if errors.Is(err, errBodyTooLarge) {
-			drainBody(r)
-		}
-		s.inferFailed(w, model, err)
+	if !ok {
 		return
 	}
-	if n := c.bodyBytes(body) - held; n > 0 { // chunked or compressed
-		if err := s.budget.acquire(n); err != nil {
-			writeErrorStatus(w, http.StatusServiceUnavailable, err.Error())
-			return
-		}
-		held += n
-	}
-	hdrLen, hdrGiven, err := inferHeaderLength(r, len(body))
-	if err != nil {
-		s.inferFailed(w, model, err)
-		return
-	}
-	if hdrGiven && hdrLen == 0 {
+	if hdrGiven && len(hdr) == 0 {
 		md, err := s.backend.ModelMetadata(ctx, model, version)
 		if err == nil {
-			err = c.buildRawRequest(model, md, cfg.GetMaxBatchSize(), body)
+			err = c.buildRawRequest(model, md, cfg.GetMaxBatchSize(), bin)
 		}
 		if err != nil {
 			s.inferFailed(w, model, err)
 			return
 		}
-	} else if err := c.parseInferHeader(model, body[:hdrLen], body[hdrLen:], hdrGiven); err != nil {
+	} else if err := c.parseInferHeader(model, hdr, bin, hdrGiven); err != nil {
 		s.inferFailed(w, model, err)
 		return
 	}
+	c.req.InputBuffer = c.staged
 	c.req.ModelName = model
 	c.req.ModelVersion = version
 	if s.forward != nil {
@@ -106,6 +91,43 @@ func (s *Server) handleInfer(w http.ResponseWriter, r *http.Request, model, vers
 		s.inferFailed(w, model, err)
 	}
 	tr.Stamp("HTTP_SEND_END")
+}
+
+// readInferBody reads an infer request's body, straight into the
+// backend's memory where it can (readDirect), and splits it into the JSON
+// header and the binary part. held is what the body holds of the memory
+// budget, raised for a chunked or compressed body. When it fails it has
+// answered the client, and ok is false.
+func (s *Server) readInferBody(w http.ResponseWriter, r *http.Request, c *inferCall, model string, version int64, held *int64) (hdr, bin []byte, hdrGiven, ok bool) {
+	hdr, bin, direct, err := c.readDirect(r.Context(), r, s.backend, model, version, s.maxInput)
+	if direct {
+		if err != nil {
+			s.inferFailed(w, model, err)
+			return nil, nil, false, false
+		}
+		return hdr, bin, true, true
+	}
+	body, err := c.readBody(w, r, s.maxInput)
+	if err != nil {
+		if errors.Is(err, errBodyTooLarge) {
+			drainBody(r)
+		}
+		s.inferFailed(w, model, err)
+		return nil, nil, false, false
+	}
+	if n := c.bodyBytes(body) - *held; n > 0 { // chunked or compressed
+		if err := s.budget.acquire(n); err != nil {
+			writeErrorStatus(w, http.StatusServiceUnavailable, err.Error())
+			return nil, nil, false, false
+		}
+		*held += n
+	}
+	hdrLen, hdrGiven, err := inferHeaderLength(r, len(body))
+	if err != nil {
+		s.inferFailed(w, model, err)
+		return nil, nil, false, false
+	}
+	return body[:hdrLen], body[hdrLen:], hdrGiven, true
 }
 
 func (s *Server) inferFailed(w http.ResponseWriter, model string, err error) {

@@ -45,6 +45,9 @@ type inferCall struct {
 	// kept across uses of the call (intern).
 	names    []string
 	nextName int
+	// staged is the backend's memory the body's binary part was read
+	// into (readDirect), released with the call.
+	staged *backendapi.InputBuffer
 }
 
 // maxPooledBuffer caps the buffers a pooled call keeps, so that one huge
@@ -58,6 +61,8 @@ var callPool = sync.Pool{New: func() any { return new(inferCall) }}
 func getCall() *inferCall { return callPool.Get().(*inferCall) }
 
 func putCall(c *inferCall) {
+	c.staged.Release()
+	c.staged = nil
 	clear(c.req.Inputs)
 	clear(c.req.Outputs)
 	c.req = backendapi.InferRequest{Inputs: c.req.Inputs[:0], Outputs: c.req.Outputs[:0]}

@@ -82,6 +82,7 @@ func (p *Proc) failAll() {
 	p.mu.Unlock()
 	died, notRun := p.failure(), p.notStarted()
 	for _, r := range reqs {
+		p.unholdStaged(r) // the stub reads it no more
 		if unstarted[r] {
 			p.host.Finish(r, nil, notRun, true)
 		} else {
@@ -222,6 +223,7 @@ func (p *Proc) Execute(b *Batch) {
 		p.mu.Unlock()
 		p.sendMu.Unlock()
 		for _, pr := range live {
+			p.unholdStaged(pr)
 			p.host.Finish(pr, nil, p.notStarted(), true)
 		}
 		return
@@ -304,7 +306,7 @@ func (p *Proc) prepare(pr *Request, inlineRoom *int) (ipc.Request, error) {
 		}
 		data, err := inputBytes(in)
 		if err != nil {
-			p.freeOwn(pr.inputs)
+			p.freeRequestInputs(pr)
 			return r, err
 		}
 		t := ipc.Tensor{Name: in.Name, DataType: uint8(in.DataType), Shape: slices.Clone(in.Shape), Loc: ipc.LocArena0, Size: uint64(len(data))}
@@ -315,10 +317,12 @@ func (p *Proc) prepare(pr *Request, inlineRoom *int) (ipc.Request, error) {
 			start := len(inline)
 			inline = append(inline, data...) // within its capacity: earlier slices stay valid
 			t.Loc, t.Data = ipc.LocInline, inline[start:len(inline):len(inline)]
+		} else if off, ok := p.stagedInput(pr, data); ok {
+			t.Offset = off // read from the socket into this arena: no copy
 		} else if len(data) > 0 {
 			off, buf, err := p.conn.Alloc(uint64(len(data)))
 			if err != nil {
-				p.freeOwn(pr.inputs)
+				p.freeRequestInputs(pr)
 				return r, backendapi.Errorf(backendapi.Unavailable, "model '%s' instance '%s': no room for input '%s': %v", p.cfg.Model, p.cfg.Instance, in.Name, err)
 			}
 			copy(buf, data)
@@ -336,7 +340,7 @@ func (p *Proc) prepare(pr *Request, inlineRoom *int) (ipc.Request, error) {
 		r.ParametersJSON = "{}"
 	}
 	if held, err := p.clientTensors(pr, &r); err != nil {
-		p.freeOwn(pr.inputs)
+		p.freeRequestInputs(pr)
 		return r, err
 	} else if len(held) > 0 {
 		pr.setOnEnd(func() { p.cfg.Regions.Release(held) })
@@ -364,6 +368,13 @@ func (p *Proc) freeOwn(offs []uint64) {
 	}
 }
 
+// freeRequestInputs frees a request's input blocks and ends its hold on a
+// lent block (stagedInput).
+func (p *Proc) freeRequestInputs(pr *Request) {
+	p.freeOwn(pr.inputs)
+	p.unholdStaged(pr)
+}
+
 // freeInputs frees a request's input blocks unless its response holds
 // them (Request.inputsHeld).
 func (p *Proc) freeInputs(pr *Request) {
@@ -371,7 +382,7 @@ func (p *Proc) freeInputs(pr *Request) {
 	held := pr.inputsHeld
 	p.mu.Unlock()
 	if !held {
-		p.freeOwn(pr.inputs)
+		p.freeRequestInputs(pr)
 	}
 }
 

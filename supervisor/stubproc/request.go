@@ -46,6 +46,9 @@ type Request struct {
 	// Set by the stub process that executes the request.
 	handle uint64
 	inputs []uint64 // arena 0 offsets of the inputs
+	// staged is the lent block (StageInputs) some inputs were sent in
+	// place from, held until the stub no longer reads them.
+	staged *backendapi.InputBuffer
 	// inputsHeld is set when the response's outputs are the inputs' own
 	// bytes (a model that returns an input unchanged): the response's
 	// release frees the inputs, nobody else.

@@ -32,7 +32,7 @@ type stubResponse struct {
 func (sr *stubResponse) release() {
 	p := sr.p
 	if sr.held {
-		p.freeOwn(sr.pr.inputs)
+		p.freeRequestInputs(sr.pr)
 	}
 	p.releaseLater(sr.offs, sr.bytes)
 	p.mu.Lock()
@@ -139,6 +139,9 @@ func (p *Proc) holdsInput(pr *Request, t ipc.Tensor, final bool) error {
 		if n, ok := p.conn.OwnBlockSize(off); ok && t.Offset >= off && t.Offset+t.Size <= off+n && t.Offset+t.Size > t.Offset {
 			return nil
 		}
+	}
+	if p.stagedHolds(pr, t.Offset, t.Size) {
+		return nil
 	}
 	return fmt.Errorf("[%d, +%d) in the supervisor's arena is none of the request's inputs: %w", t.Offset, t.Size, errBadOutput)
 }
