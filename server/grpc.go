@@ -144,7 +144,7 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 		// a fresh goroutine per RPC spent ~6% of the server's CPU copying
 		// its stack as it grew. Beyond these, grpc-go starts goroutines.
 		grpc.NumStreamWorkers(streamWorkers),
-		grpc.ForceServerCodecV2(newTensorCodec()),
+		grpc.ForceServerCodecV2(newTensorCodec(backend)),
 	}, opts.ServerOptions...)
 	g.srv = grpc.NewServer(sopts...)
 	pb.RegisterGRPCInferenceServiceServer(g.srv, g)

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/stubvisor/stubvisor/backendapi"
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 )
 
@@ -32,11 +33,21 @@ const tensorCodecMin = 64 << 10
 // A ModelInferResponse's raw_output_contents go to the transport as
 // buffers of their own after the encoding of the rest, instead of being
 // copied into one encoding first.
+//
+// When the backend lends input memory (backendapi.InputBuffers), the
+// entries are instead copied from the frames straight into it
+// (stageInferRequest), and the frames are never joined.
 type tensorCodec struct {
-	proto encoding.CodecV2 // grpc-go's, for every other message
+	proto   encoding.CodecV2 // grpc-go's, for every other message
+	buffers backendapi.InputBuffers
 }
 
-func newTensorCodec() tensorCodec { return tensorCodec{proto: encoding.GetCodecV2("proto")} }
+// newTensorCodec returns the codec for a server of backend b.
+func newTensorCodec(b backendapi.Backend) tensorCodec {
+	c := tensorCodec{proto: encoding.GetCodecV2("proto")}
+	c.buffers, _ = b.(backendapi.InputBuffers)
+	return c
+}
 
 func (tensorCodec) Name() string { return "proto" }
 
@@ -83,6 +94,9 @@ func (c tensorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*pb.ModelInferRequest)
 	if !ok || data.Len() < tensorCodecMin {
 		return c.proto.Unmarshal(data, v)
+	}
+	if c.buffers != nil && stageInferRequest(data, req, c.buffers) == nil {
+		return nil
 	}
 	return unmarshalInferRequest(data.Materialize(), req)
 }

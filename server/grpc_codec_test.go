@@ -63,7 +63,7 @@ func TestTensorCodecRequest(t *testing.T) {
 		{"large, raw entries first", reordered, large, true},
 		{"large, truncated", whole[:len(whole)-2], nil, false},
 	}
-	codec := newTensorCodec()
+	codec := newTensorCodec(nil)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var got pb.ModelInferRequest
@@ -101,7 +101,7 @@ func TestTensorCodecResponse(t *testing.T) {
 		{"small, grpc-go's path", [][]byte{pattern(64, 1), pattern(64, 2)}},
 		{"large", [][]byte{pattern(1<<18, 3), {}, pattern(5, 4)}},
 	}
-	codec := newTensorCodec()
+	codec := newTensorCodec(nil)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			resp := &pb.ModelInferResponse{

@@ -50,8 +50,13 @@ type grpcInferOptions struct {
 // not copied: raw_input_contents entries and fixed-size typed contents of
 // the right width become InputTensor.Data directly, so ir is valid only
 // while req is.
+//
+// When the codec read req's raw inputs into a buffer the backend lent,
+// ir.InputBuffer is that buffer, which the caller releases once the
+// request is done, whether or not parsing succeeded.
 func parseGRPCInfer(req *pb.ModelInferRequest, ir *backendapi.InferRequest) (grpcInferOptions, error) {
 	var opts grpcInferOptions
+	ir.InputBuffer = takeStaged(req)
 	model := req.GetModelName()
 	version, err := parseModelVersion(req.GetModelVersion())
 	if err != nil {
@@ -436,10 +441,12 @@ func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferReque
 func (g *GRPCServer) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
 	held := int64(proto.Size(req))
 	if err := g.budget.acquire(held); err != nil {
+		takeStaged(req).Release()
 		return nil, status.Error(codes.ResourceExhausted, err.Error())
 	}
 	defer g.budget.release(held)
 	var ir backendapi.InferRequest
+	defer func() { ir.InputBuffer.Release() }()
 	v, _ := parseModelVersion(req.GetModelVersion())
 	tr := g.tracer.StartGRPC(ctx, req.GetModelName(), v)
 	defer tr.End()

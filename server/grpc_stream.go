@@ -112,16 +112,19 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 	var ir backendapi.InferRequest
 	held := int64(proto.Size(req))
 	if err := st.g.budget.acquire(held); err != nil {
+		takeStaged(req).Release()
 		st.fail(req, &ir, status.Error(codes.ResourceExhausted, err.Error()))
 		return
 	}
 	opts, err := parseGRPCInfer(req, &ir)
 	if err != nil {
+		ir.InputBuffer.Release()
 		st.g.budget.release(held)
 		st.fail(req, &ir, st.g.requestError(st.ctx, req, err))
 		return
 	}
 	if err := st.g.forwardMetadata(st.ctx, &ir); err != nil {
+		ir.InputBuffer.Release()
 		st.fail(req, &ir, err)
 		return
 	}
@@ -147,6 +150,7 @@ func (st *streamState) start(req *pb.ModelInferRequest) {
 	go func() {
 		defer st.wg.Done()
 		defer st.g.budget.release(held)
+		defer ir.InputBuffer.Release()
 		if queued != nil {
 			defer ir.Queued()
 			if before != nil {

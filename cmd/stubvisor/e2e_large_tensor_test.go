@@ -1,6 +1,6 @@
 package main
 
-// Large binary tensors over HTTP: the binary part of a body is read from
+// Large binary tensors over HTTP and gRPC: the binary part of a body is read from
 // the socket straight into the stub's shared memory. These tests drive that
 // path and its fallbacks (unaligned inputs, compressed and small bodies)
 // for the bytes the model sees, and its failures (a body cut short, a
@@ -23,7 +23,9 @@ import (
 	"testing"
 	"time"
 
+	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
+	"google.golang.org/grpc/codes"
 )
 
 // pairModel returns INPUT0 unchanged (its output is the input's own
@@ -278,4 +280,78 @@ func TestLargeBinaryInputCutShort(t *testing.T) {
 			full(t)
 		})
 	}
+}
+
+// Over gRPC the raw inputs of a large message are copied from the
+// transport's frames straight into the stub's arena, each at a block-aligned
+// place, for ModelInfer and for the requests of a stream alike.
+func TestLargeGRPCInputs(t *testing.T) {
+	ipctest.RequirePython(t)
+	s := startServer(t, largeTensorRepo(t))
+	_, client := grpcClient(t, s)
+	request := func(n0, n1 int) (*pb.ModelInferRequest, []byte, []byte) {
+		in0, in1 := fp32Ramp(n0, 1), fp32Ramp(n1, -7)
+		return &pb.ModelInferRequest{
+			ModelName: "pair",
+			Inputs: []*pb.ModelInferRequest_InferInputTensor{
+				{Name: "INPUT0", Datatype: "FP32", Shape: []int64{int64(n0)}},
+				{Name: "INPUT1", Datatype: "FP32", Shape: []int64{int64(n1)}},
+			},
+			RawInputContents: [][]byte{in0, in1},
+		}, in0, in1
+	}
+	check := func(t *testing.T, out *pb.ModelInferResponse, in0, in1 []byte) {
+		t.Helper()
+		if len(out.RawOutputContents) != 2 || !bytes.Equal(out.RawOutputContents[0], in0) || !bytes.Equal(out.RawOutputContents[1], fp32Scaled(in1, 2)) {
+			t.Errorf("outputs are not INPUT0 and INPUT1 doubled")
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		n0, n1 int
+		stream bool
+	}{
+		{"two large inputs", 1 << 18, 1 << 16, false},
+		// INPUT0's size is no multiple of the alignment: INPUT1 is placed
+		// at the next aligned offset, both in place.
+		{"odd first size", 1<<16 + 1, 1 << 16, false},
+		{"small message", 16, 16, false},
+		{"stream", 1 << 18, 1 << 16, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			req, in0, in1 := request(c.n0, c.n1)
+			if !c.stream {
+				out, err := client.ModelInfer(callCtx(t), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(t, out, in0, in1)
+			} else {
+				st, err := client.ModelStreamInfer(callCtx(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for range 3 {
+					if err := st.Send(req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_ = st.CloseSend()
+				for range 3 {
+					m, err := st.Recv()
+					if err != nil || m.ErrorMessage != "" {
+						t.Fatalf("stream: %v %s", err, m.GetErrorMessage())
+					}
+					check(t, m.InferResponse, in0, in1)
+				}
+			}
+			waitPoolFree(t, s, "pair")
+		})
+	}
+	t.Run("unknown model", func(t *testing.T) {
+		req, _, _ := request(1<<18, 16)
+		req.ModelName = "nope"
+		_, err := client.ModelInfer(callCtx(t), req)
+		wantStatus(t, err, codes.InvalidArgument, "Request for unknown model: 'nope'")
+	})
 }
