@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -145,6 +146,7 @@ func NewGRPC(backend backendapi.Backend, opts GRPCOptions) (*GRPCServer, error) 
 		// its stack as it grew. Beyond these, grpc-go starts goroutines.
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ForceServerCodecV2(newTensorCodec(backend)),
+		experimental.BufferPool(grpcPool),
 	}, opts.ServerOptions...)
 	g.srv = grpc.NewServer(sopts...)
 	pb.RegisterGRPCInferenceServiceServer(g.srv, g)

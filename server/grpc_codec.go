@@ -81,7 +81,7 @@ func (c tensorCodec) Marshal(v any) (mem.BufferSlice, error) {
 		prefixes = protowire.AppendVarint(prefixes, uint64(len(r)))
 		out = append(out, mem.SliceBuffer(prefixes[at:len(prefixes):len(prefixes)]))
 		if len(r) > 0 {
-			out = append(out, mem.SliceBuffer(r))
+			out = append(out, outputBuffer(r))
 		}
 	}
 	return out, nil

@@ -387,8 +387,9 @@ func grpcParameter(v any) *pb.InferParameter {
 // buildGRPCResponse copies resp into a ModelInferResponse: one outputs
 // entry and one raw_output_contents entry per output, in order (empty for
 // outputs written to shared memory), which is how tritonclient indexes
-// them. All output bytes share one allocation. resp may be released once
-// this returns.
+// them. Small outputs share one allocation; a large one is copied into a
+// pooled buffer that the transport puts back once it has sent it
+// (pooledCopy). resp may be released once this returns.
 func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferRequest) *pb.ModelInferResponse {
 	name := resp.ModelName
 	if name == "" {
@@ -413,13 +414,13 @@ func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferReque
 			}
 		}
 	}
-	total := 0
+	small := 0
 	for i := range resp.Outputs {
-		if resp.Outputs[i].SharedMemory == nil {
-			total += len(resp.Outputs[i].Data)
+		if n := len(resp.Outputs[i].Data); resp.Outputs[i].SharedMemory == nil && n < tensorCodecMin {
+			small += n
 		}
 	}
-	buf := make([]byte, 0, total)
+	buf := make([]byte, 0, small)
 	tensors := make([]pb.ModelInferResponse_InferOutputTensor, len(resp.Outputs))
 	for i := range resp.Outputs {
 		o := &resp.Outputs[i]
@@ -428,6 +429,10 @@ func buildGRPCResponse(resp *backendapi.InferResponse, ir *backendapi.InferReque
 		out.Outputs[i] = t
 		if o.SharedMemory != nil {
 			out.RawOutputContents[i] = []byte{}
+			continue
+		}
+		if len(o.Data) >= tensorCodecMin {
+			out.RawOutputContents[i] = pooledCopy(out, o.Data)
 			continue
 		}
 		at := len(buf)
