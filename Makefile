@@ -65,11 +65,12 @@ test-go:
 	$(GO) test -count=1 -timeout 20m ./...
 
 # The concurrent core and the front ends once more under the race
-# detector, and the end-to-end cases of clients cancelling mid-request and
-# of the rate limiter against a binary built with it.
+# detector, and the end-to-end cases of clients cancelling mid-request, of
+# large tensors read into and given back from the stubs' arenas, and of the
+# rate limiter against a binary built with it.
 test-race:
 	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
-	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestLargeBinaryInputCutShort|TestLargeGRPCInputs|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
 
 # The end-to-end suite once more with every server on --http-engine
 # fasthttp (not part of make test: TestHTTPEngines and server/httpserve's
