@@ -22,6 +22,7 @@
 //	runtime.go      Python interpreters (EXECUTION_ENV_PATH), building Go models
 //	warmup.go       model_warmup: every sample on every new stub before it takes traffic
 //	cache.go        the response cache (package respcache) in the request path
+//	inputbuffer.go  InputBuffer: a stub's arena lent to a front end to read inputs into
 //	ratelimit.go    the rate limiter (package ratelimit): limited instances registered, their stubs gated
 //	pybackend.go    Python-based backends: backend "<name>" runs <backend-directory>/<name>/model.py
 //	gpus.go         the devices the CUDA driver reports, for KIND_GPU and KIND_AUTO groups

@@ -20,6 +20,7 @@
 //	request.go      Request: one request until its final response; Batch
 //	gate.go         Config.Gate (the rate limiter): the dispatcher that waits for a grant before each execute
 //	response.go     a stub's response turned into the front end's
+//	staged.go       StageInputs: arena blocks lent to a front end to read inputs into
 //	classify.go     the classification extension (labels, top-k)
 //	bls.go          the stub's side of BLS and of the model loading API
 //	stubshm.go      client regions as one stub sees them (lifeline, MapRegion)

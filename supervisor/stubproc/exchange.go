@@ -368,13 +368,6 @@ func (p *Proc) freeOwn(offs []uint64) {
 	}
 }
 
-// freeRequestInputs frees a request's input blocks and ends its hold on a
-// lent block (stagedInput).
-func (p *Proc) freeRequestInputs(pr *Request) {
-	p.freeOwn(pr.inputs)
-	p.unholdStaged(pr)
-}
-
 // freeInputs frees a request's input blocks unless its response holds
 // them (Request.inputsHeld).
 func (p *Proc) freeInputs(pr *Request) {

@@ -76,6 +76,13 @@ func (p *Proc) stagedInput(pr *Request, data []byte) (uint64, bool) {
 	return sb.off + uint64(at), true
 }
 
+// freeRequestInputs frees a request's input blocks and ends its hold on a
+// lent block (stagedInput).
+func (p *Proc) freeRequestInputs(pr *Request) {
+	p.freeOwn(pr.inputs)
+	p.unholdStaged(pr)
+}
+
 // unholdStaged ends the request's hold on the lent block its inputs were
 // sent in, once the stub no longer reads them.
 func (p *Proc) unholdStaged(pr *Request) {
