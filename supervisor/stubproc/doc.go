@@ -79,6 +79,8 @@
 //     onEnd after unlocking).
 //  6. stubShm.mu: one stub's mapped client regions, then the registry's
 //     lock (clientshm.Registry.mu, a leaf).
+//  7. cpuGauge.mu: the last sample of the stub's run delay, taken with
+//     TryLock by a reader about to poll (a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
 // > clientshm.Registry.mu (ensureMapped). Host.Finish, Config.Gate and
