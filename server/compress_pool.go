@@ -10,9 +10,9 @@ import (
 
 // Compressed bodies and replies reuse their codecs. A new gzip or zlib
 // writer allocates and clears its compressor's window and hash tables,
-// about 1.2 MiB, and a reader its decompressor, about 40 KiB: for a small
-// reply to a client that sends Accept-Encoding: gzip (Go's http.Client
-// does by default) that was most of the request's CPU. Reset gives a used
+// about 0.8 MB, and a reader its decompressor's: for a small reply to a
+// client that sends Accept-Encoding: gzip (Go's http.Client does by
+// default) that was most of the request's CPU. Reset gives a used
 // codec a new stream with the same settings, so pooling changes no byte
 // of what goes on the wire. The pools hold what sync.Pool keeps between
 // collections, so idle memory stays bounded.
