@@ -1,9 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"compress/gzip"
-	"compress/zlib"
 	"errors"
 	"io"
 	"net/http"
@@ -183,19 +180,14 @@ func (c *inferCall) readBody(w http.ResponseWriter, r *http.Request, limit int64
 	if err != nil || enc == "" || enc == "identity" {
 		return c.body, err
 	}
-	var zr io.ReadCloser
-	if enc == "gzip" {
-		zr, err = gzip.NewReader(bytes.NewReader(c.body))
-	} else {
-		zr, err = zlib.NewReader(bytes.NewReader(c.body))
-	}
+	zr, err := getInflater(enc, c.body)
 	if err == nil {
 		c.inflated, err = readLimited(c.inflated[:0], zr, -1, limit, raw)
-		_ = zr.Close()
 		if errors.Is(err, errBodyTooLarge) {
-			return nil, invalidArg("Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
+			err = invalidArg("Decompressed data size exceeds the maximum allowed value of %d bytes. Use --http-max-input-size to increase the limit.", limit)
 		}
 	}
+	zr.release()
 	if err != nil {
 		var be *backendapi.Error
 		if errors.As(err, &be) {
@@ -331,16 +323,12 @@ func (s *Server) writeInferResponse(w http.ResponseWriter, r *http.Request, c *i
 	}
 	h["Content-Encoding"] = []string{enc}
 	w.WriteHeader(http.StatusOK)
-	var zw io.WriteCloser
-	if enc == "gzip" {
-		zw = gzip.NewWriter(w)
-	} else {
-		zw = zlib.NewWriter(w)
-	}
+	zw := getCompressor(enc, w)
 	if _, err := zw.Write(out); err == nil {
 		_ = writeBinaryOutputs(zw, c, resp)
 	}
 	_ = zw.Close()
+	putCompressor(zw)
 	return nil
 }
 

@@ -434,6 +434,9 @@ func (n jsonNumber) float(bits int) float64 {
 			return float64(v)
 		}
 	}
+	if f, ok := exactDecimal(n.raw, bits); ok {
+		return f
+	}
 	// strconv keeps no reference to the string (its errors clone it), so
 	// the zero-copy view of the token is safe.
 	f, _ := strconv.ParseFloat(unsafe.String(unsafe.SliceData(n.raw), len(n.raw)), bits)

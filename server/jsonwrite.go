@@ -77,6 +77,9 @@ func appendJSONFloat(dst []byte, f float64, bits int) []byte {
 	case math.IsInf(f, -1):
 		return append(dst, "-Infinity"...)
 	}
+	if out, ok := appendSmallInt(dst, f); ok {
+		return out
+	}
 	return strconv.AppendFloat(dst, f, 'g', -1, bits)
 }
 
