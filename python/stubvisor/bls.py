@@ -2,8 +2,10 @@
 supervisor, and the answers it waits for. The Python side of
 supervisor/bls.go and modelctl.go."""
 
+import asyncio
 import collections
 import ctypes
+import selectors
 import threading
 import weakref
 
@@ -20,7 +22,10 @@ from .common import (
     _K_INFER_CANCEL,
     _K_INFER_EXEC,
     _K_MODEL_CONTROL,
+    _PUMP_SLICE,
+    _PeerDead,
     _PoolExhausted,
+    _exit_now,
 )
 from .fields import (
     E_CODE,
@@ -134,7 +139,8 @@ class BLSMixin:
         if type(call) is not _Call:
             future.set_result(call)
             return future
-        self._pump_wake.set()
+        if type(loop) is not BLSLoop:
+            self._pump_wake.set()  # a loop of the model's own: the pump reads
         return future
 
     def _async_done(self, call):
@@ -147,6 +153,10 @@ class BLSMixin:
             ready.append(call)
             return
         self._async_ready[loop] = [call]
+        if asyncio._get_running_loop() is loop:
+            # Read by the loop itself (BLSLoop): no wake-up to send.
+            loop.call_soon(self._resolve_ready, loop)
+            return
         try:
             loop.call_soon_threadsafe(self._resolve_ready, loop)
         except RuntimeError:
@@ -184,6 +194,36 @@ class BLSMixin:
             wake.clear()
             self._wait(lambda: not self._async_open)
 
+    def _loop_read(self, loop, timeout):
+        """On the thread of BLSLoop loop, with async_exec calls open: wait
+        up to timeout seconds (None: a slice) for the channel and handle
+        what came, so the answers reach their coroutines without a pump
+        thread's wake-up and a self-pipe's. False when another thread
+        reads the channel (it hands the answers over as the pump does)."""
+        reader = self._reader
+        if self._main_waiting or not reader.acquire(False):
+            return False
+        wait = _PUMP_SLICE if timeout is None or timeout > _PUMP_SLICE else timeout
+        ch = self.ch
+        msgs = []
+        try:
+            if ch.wait_message(wait):
+                while len(msgs) < 64:
+                    msg = ch.recv_held(0)
+                    if msg is None:
+                        break
+                    msgs.append(msg)
+        except _PeerDead:
+            _exit_now(1)
+        finally:
+            reader.release()
+        for msg in msgs:
+            self._dispatch(msg)
+        if msgs and self._cond_waiters:
+            with self._cond:
+                self._cond.notify_all()
+        return True
+
     def _send_call(self, request, decoupled, waker):
         """Write a call's inputs and send its InferExec; returns the call
         (registered with waker), or the error response of inputs that did
@@ -210,15 +250,27 @@ class BLSMixin:
             wire += [None, trace]  # no output targets, then the trace context
         call = _Call(self, call_id)
         call.waker = waker
+        # The stub's own loop reads the answers itself, and wakes the
+        # supervisor once for the calls it sent in one turn (BLSLoop).
+        loop = waker[0] if waker is not None else None
+        own_loop = type(loop) is BLSLoop
         with self._cond:
             self._calls[call_id] = call
             if waker is not None:
                 self._async_open += 1
-                if not self._pump_started:
+                if not self._pump_started and not own_loop:
                     self._pump_started = True
                     threading.Thread(target=self._pump, name="stubvisor-bls-pump", daemon=True).start()
+        msg = [_K_INFER_EXEC, call_id, request._model_name, request._model_version, wire, decoupled]
         try:
-            self._send([_K_INFER_EXEC, call_id, request._model_name, request._model_version, wire, decoupled])
+            if own_loop:
+                try:
+                    self.ch.send(msg, False)
+                except _PeerDead:
+                    _exit_now(1)
+                loop._wake_due = True
+            else:
+                self._send(msg)
         except BaseException:
             with self._cond:
                 if self._calls.pop(call_id, None) is not None and waker is not None:
@@ -278,3 +330,63 @@ class BLSMixin:
         response._params = wire[RS_PARAMETERS_JSON] if len(wire) > RS_PARAMETERS_JSON and wire[RS_PARAMETERS_JSON] else ""
         response._release = None
         return response
+
+
+class _RingSelector(selectors.DefaultSelector):
+    """The selector of BLSLoop: while async_exec calls are open and the
+    loop has nothing ready, the loop's thread sleeps on the channel
+    instead of its file descriptors (looking at those first), and reads
+    the answers itself."""
+
+    def __init__(self, host):
+        super().__init__()
+        self._host = host
+        self.loop = None
+
+    def select(self, timeout=None):
+        host = self._host
+        loop = self.loop
+        if loop._wake_due:
+            # The calls sent since the last turn: one wake-up for them all.
+            loop._wake_due = False
+            host.ch.wake_reader()
+        if not host._async_open:
+            return super().select(timeout)
+        if timeout is not None and timeout <= 0:
+            if host.ch.wait_message(0):
+                host._loop_read(loop, 0)
+            return super().select(0)
+        # Announced before the look at the descriptors: a thread that
+        # writes the loop's self-pipe after it then ends the sleep too.
+        loop._ring_waiting = True
+        try:
+            ready = super().select(0)
+            if ready:
+                return ready
+            if host._loop_read(loop, timeout):
+                return []
+        finally:
+            loop._ring_waiting = False
+        # Another thread reads the channel: it wakes the loop through the
+        # self-pipe, or stops reading within a slice.
+        return super().select(_PUMP_SLICE if timeout is None or timeout > _PUMP_SLICE else timeout)
+
+
+class BLSLoop(asyncio.SelectorEventLoop):
+    """The stub's event loop (async execute, async_exec): its thread reads
+    the answers of its async_exec calls itself (_RingSelector). A callback
+    handed over from another thread (call_soon_threadsafe) wakes a loop
+    asleep on the channel as well as one asleep on its descriptors."""
+
+    def __init__(self, host):
+        self._ring_waiting = False
+        self._wake_due = False  # calls sent without waking the supervisor
+        self._ring_host = host
+        selector = _RingSelector(host)
+        super().__init__(selector)
+        selector.loop = self
+
+    def _write_to_self(self):
+        super()._write_to_self()
+        if self._ring_waiting:
+            self._ring_host.ch.wake_waiter()

@@ -797,15 +797,48 @@ class Channel:
             b = self._budget[which] // 2
         self._budget[which] = b if b >= _MIN_BUDGET_NS else 0
 
+    def wait_message(self, timeout):
+        """Sleep until a message is queued, timeout seconds pass, or
+        another thread of this process calls wake_waiter(); True when a
+        message is queued. The caller holds recv_lock and reads after it.
+        No poll first: it is for a thread with other work to look at
+        between sleeps (the event loop of async_exec calls, bls.py). A
+        wake_waiter() that comes just before the sleep is missed: the
+        sleep then lasts its timeout."""
+        if self._closed:
+            raise PeerDead("stubvisor.ipc: channel closed")
+        r = self._in
+        head = r.cursor
+        tail = r.load_tail()
+        if tail != head or timeout <= 0:
+            return tail != head
+        self._check_alive()
+        _xchg4(r.reader_sleeping_addr, 1, _SEQ_CST)
+        if r.load_tail() == tail and not self._dead.value:
+            _futex_wait(r.tail_addr, tail, timeout)
+        _xchg4(r.reader_sleeping_addr, 0, _SEQ_CST)
+        return r.load_tail() != head
+
+    def wake_waiter(self):
+        """End another thread's wait_message early."""
+        _futex_wake(self._in.tail_addr)
+
     # --- messages -------------------------------------------------------------
 
-    def send(self, msg):
+    def send(self, msg, wake=True):
         """Encode msg (a list: [kind, id, ...]) and queue it for the
-        supervisor. Blocks while the ring is full; raises PeerDead."""
+        supervisor. Blocks while the ring is full; raises PeerDead. With
+        wake False the caller calls wake_reader() later (one wake-up for
+        several messages)."""
         with self._send_lock:
             if self._closed or self._dead.value:
                 self._refuse()
             self._push(self._packer.pack(msg))
+        if wake and self._out.reader_sleeping.value:
+            _futex_wake(self._out.tail_addr)
+
+    def wake_reader(self):
+        """After send(wake=False): wake the supervisor if it sleeps."""
         if self._out.reader_sleeping.value:
             _futex_wake(self._out.tail_addr)
 
@@ -897,6 +930,9 @@ class Channel:
                 raise ProtocolError("stubvisor.ipc: ring indices head %d tail %d" % (head, tail))
             if r.size - used >= total:
                 break
+            if r.reader_sleeping.value:
+                # Frames sent with wake False (send) are still unread.
+                _futex_wake(r.tail_addr)
             self._wait_change(r.load_head, head, r.head_addr, r.writer_sleeping_addr, None, 1)
         mv = self._mv
         start = r.data_off + pos

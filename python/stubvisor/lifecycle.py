@@ -26,6 +26,7 @@ from .fields import (
     INITIALIZE_OPTIONS,
     M_ID,
 )
+from .bls import BLSLoop
 from .loader import StubError, describe, import_model
 
 
@@ -167,7 +168,12 @@ class LifecycleMixin:
             with self._cond:
                 loop = self._aloop
                 if loop is None:
-                    loop = asyncio.new_event_loop()
+                    # The stub's own loop reads async_exec answers itself
+                    # (bls.py), unless the model installed a loop policy.
+                    if type(asyncio.get_event_loop_policy()) is asyncio.DefaultEventLoopPolicy:
+                        loop = BLSLoop(self)
+                    else:
+                        loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="stubvisor-asyncio", daemon=True).start()
                     self._aloop = loop
         return loop
