@@ -540,6 +540,30 @@ class BLSTest(StubTest):
         done = stub.expect(K.KIND_EXECUTE_DONE)
         np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [0, 1, 2, 3])
 
+    def test_async_callback_from_another_thread(self):
+        # The loop sleeps on the channel while a call is open; an
+        # executor's result (call_soon_threadsafe) still wakes it: the
+        # second call comes while the first is unanswered.
+        stub = self.loaded("bls_caller", models=TEST_MODELS)
+        for _ in range(2):
+            stub.execute([self.bls_request(stub, 1, "async_executor")])
+            first = stub.expect(K.KIND_INFER_EXEC)
+            second = stub.expect(K.KIND_INFER_EXEC)
+            self.assertEqual((first[4][5], second[4][5]), (["OUTPUT1"], ["OUTPUT0"]))
+            self.serve_add_sub(stub, second, inline=True)
+            self.serve_add_sub(stub, first, inline=True)
+            done = stub.expect(K.KIND_EXECUTE_DONE)
+            np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [6, 10, 14, 18])
+
+    def test_async_on_a_loop_of_the_model(self):
+        # async_exec on a loop the model made itself: the pump thread reads.
+        stub = self.loaded("bls_caller", models=TEST_MODELS)
+        for _ in range(2):
+            stub.execute([self.bls_request(stub, 1, "own_loop")])
+            self.serve_add_sub(stub, stub.expect(K.KIND_INFER_EXEC), inline=True)
+            done = stub.expect(K.KIND_EXECUTE_DONE)
+            np.testing.assert_array_equal(stub.read(done[3][0][3][0]), [0, 1, 2, 3])
+
     def test_decoupled_iterator(self):
         stub = self.loaded("bls_caller", models=TEST_MODELS)
         stub.execute([self.bls_request(stub, 1, "decoupled")])
