@@ -1144,22 +1144,14 @@ class InferenceRequest:
         trace=_DEFAULT_TRACE,
         parameters=None,
     ):
-        for arg, value in (
-            ("request_id", request_id),
-            ("correlation_id", correlation_id),
-            ("inputs", inputs),
-            ("requested_output_names", requested_output_names),
-            ("model_name", model_name),
-            ("model_version", model_version),
-            ("flags", flags),
-            ("timeout", timeout),
-            ("preferred_memory", preferred_memory),
-            ("trace", trace),
-        ):
-            if value is _MISSING:
-                raise TypeError("InferenceRequest(): missing required argument '" + arg + "'")
-            if value is None:
-                raise TypeError("InferenceRequest(): argument '" + arg + "' must not be None")
+        # One chain of identity tests in the usual case; the loop names
+        # the first argument that is missing or None.
+        if (inputs is _MISSING or requested_output_names is _MISSING or model_name is _MISSING
+                or request_id is None or correlation_id is None or inputs is None
+                or requested_output_names is None or model_name is None or model_version is None
+                or flags is None or timeout is None or preferred_memory is None or trace is None):
+            _check_request_args(request_id, correlation_id, inputs, requested_output_names, model_name,
+                                model_version, flags, timeout, preferred_memory, trace)
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         inputs = list(inputs)
@@ -1257,6 +1249,28 @@ class InferenceRequest:
             # Sent from the loop, resolved there: no executor thread.
             return rt.bls_async(self, loop)
         return loop.run_in_executor(None, functools.partial(self.exec, bool(decoupled)))
+
+
+def _check_request_args(request_id, correlation_id, inputs, requested_output_names, model_name, model_version,
+                        flags, timeout, preferred_memory, trace):
+    """Raise Triton's TypeError for the first InferenceRequest argument
+    that is missing or None."""
+    for arg, value in (
+        ("request_id", request_id),
+        ("correlation_id", correlation_id),
+        ("inputs", inputs),
+        ("requested_output_names", requested_output_names),
+        ("model_name", model_name),
+        ("model_version", model_version),
+        ("flags", flags),
+        ("timeout", timeout),
+        ("preferred_memory", preferred_memory),
+        ("trace", trace),
+    ):
+        if value is _MISSING:
+            raise TypeError("InferenceRequest(): missing required argument '" + arg + "'")
+        if value is None:
+            raise TypeError("InferenceRequest(): argument '" + arg + "' must not be None")
 
 
 def _fill_request(r, rt, handle, request_id, correlation_id, flags, inputs, requested, params, timeout, model_name,

@@ -130,9 +130,10 @@ class BLSMixin:
         """async_exec of a call that is not decoupled, from a model that
         is not: the call is sent from the event loop's thread, and the
         future it returns is resolved there once the final response is in
-        (no executor thread per call). The stub's pump thread reads the
-        channel meanwhile, since the main thread waits for the coroutine
-        without reading."""
+        (no executor thread per call). The main thread waits for the
+        coroutine without reading, so the loop's thread reads the channel
+        itself while it has nothing else to do (BLSLoop); on a loop of the
+        model's own, the stub's pump thread reads."""
         self._check_owner("BLS")
         future = loop.create_future()
         call = self._send_call(request, False, (loop, future))
