@@ -220,7 +220,8 @@ class BLSMixin:
             reader.release()
         for msg in msgs:
             self._dispatch(msg)
-        if msgs and self._cond_waiters:
+        if self._cond_waiters:
+            # As _wait: a thread that waits for the reader lock looks again.
             with self._cond:
                 self._cond.notify_all()
         return True
