@@ -155,8 +155,10 @@ class BLSMixin:
             return
         self._async_ready[loop] = [call]
         if asyncio._get_running_loop() is loop:
-            # Read by the loop itself (BLSLoop): no wake-up to send.
-            loop.call_soon(self._resolve_ready, loop)
+            # On the loop's thread: no wake-up to send, and none at all
+            # when _loop_read read it (it resolves what it read).
+            if not self._loop_reading:
+                loop.call_soon(self._resolve_ready, loop)
             return
         try:
             loop.call_soon_threadsafe(self._resolve_ready, loop)
@@ -218,8 +220,15 @@ class BLSMixin:
             _exit_now(1)
         finally:
             reader.release()
-        for msg in msgs:
-            self._dispatch(msg)
+        self._loop_reading = True
+        try:
+            for msg in msgs:
+                self._dispatch(msg)
+        finally:
+            self._loop_reading = False
+        if loop in self._async_ready:
+            # On the loop's thread already: no callback, no wake-up.
+            self._resolve_ready(loop)
         if self._cond_waiters:
             # As _wait: a thread that waits for the reader lock looks again.
             with self._cond:

@@ -153,6 +153,7 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         # thread that reads for them, started with the first.
         self._async_open = 0
         self._async_ready = {}  # event loop -> its calls whose final response is in
+        self._loop_reading = False  # a BLSLoop's thread dispatches what it read (bls.py)
         self._pump_started = False
         self._pump_wake = threading.Event()
         self._call_ids = itertools.count(1)
