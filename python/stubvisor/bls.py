@@ -211,11 +211,14 @@ class BLSMixin:
         msgs = []
         try:
             if ch.wait_message(wait):
-                while len(msgs) < 64:
+                # recv_held only for what is queued: an empty ring's
+                # recv_held(0) goes through a whole wait.
+                while True:
                     msg = ch.recv_held(0)
-                    if msg is None:
+                    if msg is not None:
+                        msgs.append(msg)
+                    if msg is None or len(msgs) >= 64 or not ch.wait_message(0):
                         break
-                    msgs.append(msg)
         except _PeerDead:
             _exit_now(1)
         finally:
@@ -353,6 +356,9 @@ class _RingSelector(selectors.DefaultSelector):
         super().__init__()
         self._host = host
         self.loop = None
+        # A look at the descriptors without building select's list.
+        epoll = getattr(self, "_selector", None) if isinstance(self, getattr(selectors, "EpollSelector", ())) else None
+        self._peek = (lambda: epoll.poll(0, 1)) if epoll is not None else (lambda: super(_RingSelector, self).select(0))
 
     def select(self, timeout=None):
         host = self._host
@@ -366,14 +372,13 @@ class _RingSelector(selectors.DefaultSelector):
         if timeout is not None and timeout <= 0:
             if host.ch.wait_message(0):
                 host._loop_read(loop, 0)
-            return super().select(0)
+            return super().select(0) if self._peek() else []
         # Announced before the look at the descriptors: a thread that
         # writes the loop's self-pipe after it then ends the sleep too.
         loop._ring_waiting = True
         try:
-            ready = super().select(0)
-            if ready:
-                return ready
+            if self._peek():
+                return super().select(0)
             if host._loop_read(loop, timeout):
                 return []
         finally:
