@@ -39,7 +39,22 @@ deps-bench: deps
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 			python3-fastapi python3-uvicorn python3-uvloop python3-httptools; }
 
-build:
+# The Python stub's compiled fast path (python/stubvisor/fastpath.c), built
+# against $(PYTHON)'s headers and named with its EXT_SUFFIX, so that only
+# that interpreter's ABI loads it; python/embed.go carries it into the
+# binary. A plain go build (no .so) runs the stub's pure-Python path.
+PY_INCLUDE    := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT_SUFFIX := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+FASTPATH      := python/stubvisor/fastpath$(PY_EXT_SUFFIX)
+
+fastpath: $(FASTPATH)
+
+$(FASTPATH): python/stubvisor/fastpath.c
+	@test -n "$(PY_EXT_SUFFIX)" && test -f "$(PY_INCLUDE)/Python.h" || { \
+		echo "fastpath: $(PYTHON) has no Python.h (apt-get install python3-dev)"; exit 1; }
+	$(CC) -shared -fPIC -O2 -Wall -fno-strict-aliasing -I$(PY_INCLUDE) -o $(@D)/.fastpath.tmp $< && mv $(@D)/.fastpath.tmp $@
+
+build: fastpath
 	$(GO) build -o $(BIN)/stubvisor ./cmd/stubvisor
 
 # The example repository also holds models that fail on purpose (for the

@@ -28,7 +28,14 @@ import (
 // Module is the name to pass to the interpreter's -m flag.
 const Module = "stubvisor"
 
-//go:embed stubvisor/*.py triton_python_backend_utils.py
+// The directory pattern adds what the Makefile built beside the sources
+// (the compiled fast path, stubvisor/fastpath<EXT_SUFFIX>, see
+// stubvisor/native.py) and matches even when nothing was built, so a plain
+// go build still compiles (its stub runs the pure-Python path). It skips
+// names starting with "_" or "."; stubvisor/*.py brings __init__.py and
+// __main__.py.
+//
+//go:embed stubvisor/*.py stubvisor triton_python_backend_utils.py
 var files embed.FS
 
 // FS returns the embedded stub sources, rooted where PYTHONPATH points.

@@ -52,6 +52,10 @@ from .fastwire import inline_head as _inline_head
 from .fastwire import nil_array as _nil_array
 from .fastwire import pack_uint as _uint
 from .loader import StubError, describe
+from .native import FAST as _FAST
+
+_fast_requests = _FAST.requests if _FAST is not None else None
+_fast_done = _FAST.usual_done if _FAST is not None else None
 
 _RESCHEDULE = pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
 _RELEASE_ALL = pb.TRITONSERVER_REQUEST_RELEASE_ALL
@@ -69,7 +73,14 @@ class ExecuteMixin:
 
     def _on_execute(self, msg):
         batch_id = msg[M_ID]
-        requests, on_device = self._requests(msg)
+        # The compiled fast path builds the usual requests; None leaves
+        # the message to the Python code, which handles every case.
+        requests = None if _fast_requests is None else _fast_requests(
+            msg[EXECUTE_REQUESTS], self, self.model_name, self.model_version)
+        if requests is None:
+            requests, on_device = self._requests(msg)
+        else:
+            on_device = None
         try:
             if on_device:
                 self._inputs_to_host(on_device)
@@ -90,7 +101,12 @@ class ExecuteMixin:
                     returned = None
                 else:
                     returned = asyncio.run_coroutine_threadsafe(returned, self._async_loop()).result()
-            frame = self._usual_done(batch_id, requests, returned) if type(returned) is list else None
+            frame = None
+            if type(returned) is list:
+                if _fast_done is not None and not self.decoupled and not self._shm_targets:
+                    frame = _fast_done(batch_id, requests, returned, self._inline_room)
+                if frame is None:
+                    frame = self._usual_done(batch_id, requests, returned)
             if frame is None:
                 responses = self._collect(requests, returned)
         except Exception as exc:

@@ -35,7 +35,7 @@ import numpy as np
 
 import triton_python_backend_utils as pb
 
-from . import ipc
+from . import ipc, native
 from .clientshm import ClientRegions
 from .common import (
     _FORKED,
@@ -199,6 +199,8 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         pb._cuda = self._cuda
         self._send([_K_HELLO, 0, ipc.PROTOCOL_VERSION, os.getpid(),
                     {"python": platform.python_version(), "numpy": np.__version__}])
+        # One verbose line: whether the compiled fast path serves (native.py).
+        self._diag("VERBOSE", "stub: " + native.REASON)
         threading.Thread(target=self._heartbeat, name="stubvisor-heartbeat", daemon=True).start()
         handlers = self._handlers
         while True:
