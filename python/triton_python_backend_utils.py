@@ -165,8 +165,15 @@ def serialize_byte_tensor(input_tensor):
     return None
 
 
+# stubvisor.fastpath.split_bytes when the stub's compiled fast path loaded
+# (stubvisor/native.py): the loop below in C, with the same errors.
+_split_bytes = None
+
+
 def deserialize_bytes_tensor(encoded_tensor):
     """Deserialise length-prefixed bytes into a 1-D object array of bytes."""
+    if _split_bytes is not None:
+        return _object_array(_split_bytes(encoded_tensor))
     # One copy into bytes: slicing bytes makes each element directly.
     data = memoryview(encoded_tensor).tobytes()
     items = []

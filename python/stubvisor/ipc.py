@@ -325,6 +325,11 @@ else:
         return _unpackb(data, raw=False, strict_map_key=True)
 
 
+# fastpath.Ring when the compiled fast path loaded (stubvisor/native.py);
+# channels made before that (or without it) run the Python code alone.
+FAST_RING = None
+
+
 def _page_up(n):
     return (n + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1)
 
@@ -584,6 +589,13 @@ class Channel:
         self._peer_usage_addr = addr + usage[1 - side]
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
+        # The compiled fast path of each ring (stubvisor/native.py sets
+        # FAST_RING when it loads): its pop and push do the usual frame
+        # and leave everything else to the Python code below.
+        self._fast_in = self._fast_out = None
+        if FAST_RING is not None:
+            self._fast_in = FAST_RING(self, self._in, _unpack_strict)
+            self._fast_out = FAST_RING(self, self._out, _unpack_strict)
         self._packer = msgpack.Packer(use_bin_type=True, autoreset=True)
         self._ppid = os.getppid()
         try:
@@ -845,6 +857,9 @@ class Channel:
     def send_frame(self, data):
         """Queue a message already encoded as msgpack bytes (see
         fastwire); otherwise as send."""
+        fast = self._fast_out
+        if fast is not None and fast.push(data):
+            return
         r = self._out
         lock = self._send_lock
         lock.acquire()
@@ -977,6 +992,11 @@ class Channel:
         and send do with the send lock."""
         if self._closed:
             raise PeerDead("stubvisor.ipc: channel closed")
+        fast = self._fast_in
+        if fast is not None:
+            msg = fast.pop(fenced)
+            if msg is not None:
+                return msg
         r = self._in
         deadline = None
         while True:

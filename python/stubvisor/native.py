@@ -16,7 +16,7 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 
-_ABI = 1  # fastpath.c's FASTPATH_ABI this module was written for
+_ABI = 2  # fastpath.c's FASTPATH_ABI this module was written for
 ENV = "STUBVISOR_PY_FASTPATH"
 
 
@@ -39,6 +39,8 @@ def _load():
         })
     except Exception as exc:  # pb_utils' classes not as fastpath.c reads them
         return None, "compiled fast path refused its setup (%s): pure-Python path" % exc
+    ipc.FAST_RING = fastpath.Ring
+    pb._split_bytes = fastpath.split_bytes
     return fastpath, "compiled fast path loaded (%s)" % os.path.basename(fastpath.__file__)
 
 
