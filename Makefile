@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build run check test test-go test-race test-fasthttp test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
+.PHONY: all build fastpath run check test test-go test-race test-fasthttp test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
 
 all: build
 
@@ -13,6 +13,8 @@ deps:
 	@missing=""; \
 	$(PYTHON) -c 'import numpy, msgpack' 2>/dev/null || missing="$$missing python3-numpy python3-msgpack"; \
 	[ -e /usr/lib/x86_64-linux-gnu/libatomic.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libatomic.so.1 ] || missing="$$missing libatomic1"; \
+	[ -f "$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || missing="$$missing python3-dev"; \
+	command -v $(CC) >/dev/null || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -71,30 +73,33 @@ vet:
 # check is the inner loop: vet and every package's tests in short mode,
 # where the slowest end-to-end cases skip themselves (about 100 s on two
 # cores once the build cache is warm). test is the full gate.
-check: deps vet
+check: deps fastpath vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
 test: deps deps-node vet test-python test-go test-race test-deploy
 
-test-go:
+test-go: fastpath
 	$(GO) test -count=1 -timeout 20m ./...
 
 # The concurrent core and the front ends once more under the race
 # detector, and the end-to-end cases of clients cancelling mid-request, of
 # large tensors read into and given back from the stubs' arenas, and of the
 # rate limiter against a binary built with it.
-test-race:
+test-race: fastpath
 	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
 	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestLargeBinaryInputCutShort|TestLargeGRPCInputs|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
 
 # The end-to-end suite once more with every server on --http-engine
 # fasthttp (not part of make test: TestHTTPEngines and server/httpserve's
 # tests run both engines there).
-test-fasthttp:
+test-fasthttp: fastpath
 	STUBVISOR_TEST_HTTP_ENGINE=fasthttp $(GO) test -count=1 -timeout 20m ./cmd/stubvisor/
 
-test-python:
+# The stub's tests with the compiled fast path, without it (the pure-Python
+# path every other interpreter runs), and without msgpack.
+test-python: fastpath
 	$(PYTHON) -m unittest discover -s python/tests -t python
+	STUBVISOR_PY_FASTPATH=0 $(PYTHON) -m unittest discover -s python/tests -t python
 	PYTHONPATH=python/tests/nomsgpack $(PYTHON) -m unittest discover -s python/tests -t python
 
 proto:
@@ -103,7 +108,7 @@ proto:
 bench-ipc:
 	$(GO) run ./cmd/stubvisor-bench ipc
 
-bench-stub:
+bench-stub: fastpath
 	$(GO) run ./cmd/stubvisor-bench stub
 
 bench-http: deps-bench build
@@ -164,7 +169,7 @@ $(ROOTFS):
 
 # image builds $(IMAGE) from deploy/Containerfile on that root filesystem,
 # with no container registry involved.
-image: deps-deploy $(ROOTFS)
+image: deps-deploy $(ROOTFS) fastpath
 	@mkdir -p $(BIN)/image/ctx
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/image/ctx/stubvisor ./cmd/stubvisor
 	$(PODMAN) import --quiet $(ROOTFS) $(BASE_IMAGE)
@@ -187,7 +192,7 @@ test-deploy: image $(HELM)
 # above; no request may fail but the intended kills, and the server's RSS
 # and fds stay flat (SOAK_DURATION=30s for a short run).
 SOAK_DURATION ?= 5m
-soak-recycle: deps
+soak-recycle: deps fastpath
 	STUBVISOR_SOAK_RECYCLE=$(SOAK_DURATION) $(GO) test -count=1 -timeout 30m -run 'TestSoakRecycle$$' -v ./cmd/stubvisor/
 
 # gpu-check-bundle puts what the device check needs into bin/gpu-check: a
@@ -197,7 +202,7 @@ soak-recycle: deps
 # builds it and runs it here (on a machine without a GPU, the checks say
 # so); on the GPU machine run bin/gpu-check/run.sh.
 GPU_CHECK := $(BIN)/gpu-check
-gpu-check-bundle:
+gpu-check-bundle: fastpath
 	rm -rf $(GPU_CHECK) && mkdir -p $(GPU_CHECK)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(GPU_CHECK)/stubvisor ./cmd/stubvisor
 	cp -r gpucheck/. $(GPU_CHECK)/
@@ -207,4 +212,4 @@ gpu-check: gpu-check-bundle
 	PYTHON=$(PYTHON) $(GPU_CHECK)/run.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) python/stubvisor/*.so
