@@ -31,7 +31,7 @@
 
 /* Bumped whenever a function here changes its contract: native.py loads
  * only the ABI it was written for, so a stale build is never used. */
-#define FASTPATH_ABI 2
+#define FASTPATH_ABI 3
 
 /* Wire constants (stubvisor/ipc.py), given to setup. */
 static long loc_client, loc_cuda, loc_inline, bytes_code, inline_max, kind_execute_done, flag_final;
@@ -525,6 +525,7 @@ static PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t
     if (grow(&b, 256) < 0)
         return NULL;
     Py_ssize_t total = 0;
+    PyObject *held_req = NULL, *held_resp = NULL;
     if (put_byte(&b, 0x94) < 0 || put_uint(&b, (unsigned long long)kind_execute_done) < 0 || put_uint(&b, batch_id) < 0
         || put_byte(&b, 0xC0) < 0 || put_array_header(&b, n) < 0)
         goto fail;
@@ -532,6 +533,9 @@ static PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t
         PyObject *req = PyList_GET_ITEM(requests, i), *resp = PyList_GET_ITEM(returned, i);
         if (!Py_IS_TYPE(resp, response_type) || !Py_IS_TYPE(req, request_type))
             goto python;
+        /* Held for the iteration: a comparison below may run Python code. */
+        Py_XSETREF(held_req, Py_NewRef(req));
+        Py_XSETREF(held_resp, Py_NewRef(resp));
         PyObject *error = SLOT(resp, s_error), *params = SLOT(resp, s_params), *flags = SLOT(req, r_release_flags);
         if (error != Py_None || truth(params) != 0 || SLOT(req, r_send_state) != Py_None || flags == NULL)
             goto python;
@@ -575,13 +579,133 @@ static PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t
         goto python;
     PyObject *frame = PyBytes_FromStringAndSize(b.p, b.len);
     PyMem_Free(b.p);
+    Py_XDECREF(held_req);
+    Py_XDECREF(held_resp);
     return frame;
 python:
     PyMem_Free(b.p);
+    Py_XDECREF(held_req);
+    Py_XDECREF(held_resp);
     Py_RETURN_NONE;
 fail:
     PyMem_Free(b.p);
+    Py_XDECREF(held_req);
+    Py_XDECREF(held_resp);
     return NULL;
+}
+
+/* --- pb_utils' per-input calls ---------------------------------------------- */
+
+static PyObject *wire_dtype, *as_numpy_py, *get_input_py;
+static long bf16_code;
+
+/* Tensor.as_numpy (pb_utils): the first call on an input whose bytes came
+ * in the message makes a writable array over a copy of them, as the
+ * Python method does; everything else is the Python method's. */
+static PyObject *fp_as_numpy(PyObject *self, PyObject *t)
+{
+    if (!ready || !Py_IS_TYPE(t, tensor_type) || as_numpy_py == NULL)
+        goto python;
+    PyObject *array = SLOT(t, t_np), *src = SLOT(t, t_src), *code = SLOT(t, t_dtype), *shape = SLOT(t, t_shape);
+    if (array == NULL || code == NULL || !PyLong_CheckExact(code))
+        goto python;
+    int overflow;
+    long c = PyLong_AsLongAndOverflow(code, &overflow);
+    if (overflow || c == bf16_code)
+        goto python;
+    if (array != Py_None)
+        return Py_NewRef(array);
+    if (src == NULL || shape == NULL || !PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 3 || c == bytes_code)
+        goto python;
+    PyObject *loc = PyTuple_GET_ITEM(src, 0), *data = PyTuple_GET_ITEM(src, 1), *size = PyTuple_GET_ITEM(src, 2);
+    if (!PyLong_CheckExact(loc) || PyLong_AsLongAndOverflow(loc, &overflow) != loc_inline || overflow
+        || !PyBytes_CheckExact(data) || !PyLong_CheckExact(size) || _PyLong_Sign(size) == 0)
+        goto python;
+    PyObject *dtype = PyDict_GetItemWithError(wire_dtype, code);
+    if (dtype == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        goto python;
+    }
+    PyObject *buffer = PyByteArray_FromObject(data);
+    if (buffer == NULL)
+        return NULL;
+    PyObject *argv[3] = {shape, dtype, buffer};
+    array = PyObject_Vectorcall((PyObject *)ndarray_type, argv, 3, NULL);
+    Py_DECREF(buffer);
+    if (array == NULL)
+        return NULL;
+    Py_XSETREF(SLOT(t, t_np), Py_NewRef(array));
+    return array;
+python:
+    if (as_numpy_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastpath: as_numpy not set up");
+        return NULL;
+    }
+    return PyObject_CallOneArg(as_numpy_py, t);
+}
+
+/* pb_utils.get_input_tensor_by_name: the input of a request the server
+ * handed to execute called name, or None; other requests go to the Python
+ * function. */
+static PyObject *fp_get_input(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !ready || get_input_py == NULL || !Py_IS_TYPE(args[0], request_type))
+        goto python;
+    PyObject *inputs = SLOT(args[0], r_inputs);
+    if (inputs == NULL || !PyList_CheckExact(inputs))
+        goto python;
+    Py_INCREF(inputs);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inputs); i++) {
+        PyObject *t = PyList_GET_ITEM(inputs, i);
+        if (!Py_IS_TYPE(t, tensor_type) || SLOT(t, t_name) == NULL) {
+            Py_DECREF(inputs);
+            goto python;
+        }
+        Py_INCREF(t);
+        int eq = PyObject_RichCompareBool(SLOT(t, t_name), args[1], Py_EQ);
+        if (eq != 0) {
+            Py_DECREF(inputs);
+            if (eq < 0) {
+                Py_DECREF(t);
+                return NULL;
+            }
+            return t;
+        }
+        Py_DECREF(t);
+    }
+    Py_DECREF(inputs);
+    Py_RETURN_NONE;
+python:
+    if (get_input_py == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastpath: get_input_tensor_by_name not set up");
+        return NULL;
+    }
+    return PyObject_Vectorcall(get_input_py, args, nargs, NULL);
+}
+
+/* setup_pb(as_numpy, get_input_tensor_by_name, wire_dtypes, bf16): the
+ * Python functions the two above fall back to, and the wire dtypes. */
+static PyObject *fp_setup_pb(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_CheckExact(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "fastpath.setup_pb(as_numpy, get_input_tensor_by_name, wire_dtypes, bf16)");
+        return NULL;
+    }
+    long bf16 = PyLong_AsLong(args[3]);
+    if (bf16 == -1 && PyErr_Occurred())
+        return NULL;
+    bf16_code = bf16;
+    Py_XSETREF(as_numpy_py, Py_NewRef(args[0]));
+    Py_XSETREF(get_input_py, Py_NewRef(args[1]));
+    Py_XSETREF(wire_dtype, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
+/* method(function): function bound as a method when set on a class. */
+static PyObject *fp_method(PyObject *self, PyObject *func)
+{
+    return PyInstanceMethod_New(func);
 }
 
 /* --- BYTES tensors --------------------------------------------------------- */
@@ -795,73 +919,89 @@ static PyObject *ring_pop(RingObject *r, PyObject *fenced)
     return msg;
 }
 
-/* push(data): queue one frame and wake the reader if it sleeps; True when
- * done, False when the Python path must (the channel is closed or the
- * peer dead, the frame must wrap or wait for room, or is too large). */
+/* Queue one frame (the caller holds the send lock and has checked the
+ * channel is open) and, with wake, wake the reader if it sleeps: 1 when done, 0 when
+ * the Python path must (the frame must wrap or wait for room, or is too
+ * large), -1 on an error. */
+static int push_locked(RingObject *r, Py_buffer *view, int wake)
+{
+    uint64_t tail;
+    if (get_cursor(r, &tail) < 0)
+        return -1;
+    uint64_t n = (uint64_t)view->len, need = (n + 11) & ~(uint64_t)7, pos = tail & (r->size - 1);
+    uint64_t head = __atomic_load_n(r->head, __ATOMIC_ACQUIRE);
+    if (n > r->max_frame || pos + need > r->size || tail + need - head > r->size)
+        return 0;
+    unsigned char *h = r->data + pos;
+    h[0] = (unsigned char)n;
+    h[1] = (unsigned char)(n >> 8);
+    h[2] = (unsigned char)(n >> 16);
+    h[3] = (unsigned char)(n >> 24);
+    memcpy(h + 4, view->buf, n);
+    tail += need;
+    if (set_cursor(r, tail) < 0)
+        return -1;
+    /* Sequentially consistent: the store is ordered before the load of the
+     * reader's flag (the wake-up handshake, ipc/doc.go). */
+    __atomic_store_n(r->tail, tail, __ATOMIC_SEQ_CST);
+    if (wake && __atomic_load_n(r->reader_sleeping, __ATOMIC_SEQ_CST))
+        futex_wake(r->tail);
+    return 1;
+}
+
+/* push(data): take the send lock, queue one frame and wake the reader if
+ * it sleeps; True when done, False when the Python path must (the channel
+ * is closed or the peer dead, the frame must wrap or wait for room, or is
+ * too large). */
 static PyObject *ring_push(RingObject *r, PyObject *data)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    PyObject *res = Py_False;
+    int rc = 0;
     PyObject *got = PyObject_CallNoArgs(r->acquire);
     if (got == NULL) {
         PyBuffer_Release(&view);
         return NULL;
     }
     Py_DECREF(got);
-    uint64_t tail;
     PyObject *closed = PyObject_GetAttr(r->channel, str_closed);
-    if (closed == NULL) {
-        res = NULL;
-        goto unlock;
-    }
-    int is_closed = PyObject_IsTrue(closed);
-    Py_DECREF(closed);
-    if (is_closed != 0) {
-        if (is_closed < 0)
-            res = NULL;
-        goto unlock;
-    }
-    if (__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
-        goto unlock;
-    if (get_cursor(r, &tail) < 0) {
-        res = NULL;
-        goto unlock;
-    }
-    uint64_t n = (uint64_t)view.len, need = (n + 11) & ~(uint64_t)7, pos = tail & (r->size - 1);
-    uint64_t head = __atomic_load_n(r->head, __ATOMIC_ACQUIRE);
-    if (n > r->max_frame || pos + need > r->size || tail + need - head > r->size)
-        goto unlock;
-    unsigned char *h = r->data + pos;
-    h[0] = (unsigned char)n;
-    h[1] = (unsigned char)(n >> 8);
-    h[2] = (unsigned char)(n >> 16);
-    h[3] = (unsigned char)(n >> 24);
-    memcpy(h + 4, view.buf, n);
-    tail += need;
-    if (set_cursor(r, tail) < 0) {
-        res = NULL;
-        goto unlock;
-    }
-    /* Sequentially consistent: the store is ordered before the load of the
-     * reader's flag (the wake-up handshake, ipc/doc.go). */
-    __atomic_store_n(r->tail, tail, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(r->reader_sleeping, __ATOMIC_SEQ_CST))
-        futex_wake(r->tail);
-    res = Py_True;
-unlock:
+    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
+    Py_XDECREF(closed);
+    if (is_closed < 0)
+        rc = -1;
+    else if (!is_closed && !__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
+        rc = push_locked(r, &view, 1);
     PyBuffer_Release(&view);
     got = PyObject_CallNoArgs(r->release);
     if (got == NULL)
         return NULL;
     Py_DECREF(got);
-    return res == NULL ? NULL : Py_NewRef(res);
+    if (rc < 0)
+        return NULL;
+    return Py_NewRef(rc ? Py_True : Py_False);
+}
+
+/* push_held(data): push for a caller that holds the send lock and has
+ * checked the channel is open, and wakes the reader itself (Channel.send,
+ * whose caller may defer the wake-up). */
+static PyObject *ring_push_held(RingObject *r, PyObject *data)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int rc = push_locked(r, &view, 0);
+    PyBuffer_Release(&view);
+    if (rc < 0)
+        return NULL;
+    return Py_NewRef(rc ? Py_True : Py_False);
 }
 
 static PyMethodDef ring_methods[] = {
     {"pop", (PyCFunction)ring_pop, METH_O, "pop(fenced) -> the next message, or None for the Python path."},
     {"push", (PyCFunction)ring_push, METH_O, "push(data) -> True when queued, False for the Python path."},
+    {"push_held", (PyCFunction)ring_push_held, METH_O,
+     "push_held(data): push under the caller's send lock, without the wake-up."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -884,6 +1024,12 @@ static PyMethodDef methods[] = {
      "requests(wire_requests, host, model_name, model_version) -> list of InferenceRequest, or None."},
     {"usual_done", (PyCFunction)(void (*)(void))fp_usual_done, METH_FASTCALL,
      "usual_done(batch_id, requests, returned, inline_room) -> ExecuteDone frame bytes, or None."},
+    {"as_numpy", (PyCFunction)fp_as_numpy, METH_O, "as_numpy(tensor): pb_utils.Tensor.as_numpy."},
+    {"get_input_tensor_by_name", (PyCFunction)(void (*)(void))fp_get_input, METH_FASTCALL,
+     "get_input_tensor_by_name(request, name): pb_utils.get_input_tensor_by_name."},
+    {"setup_pb", (PyCFunction)(void (*)(void))fp_setup_pb, METH_FASTCALL,
+     "setup_pb(as_numpy, get_input_tensor_by_name, wire_dtypes, bf16)."},
+    {"method", (PyCFunction)fp_method, METH_O, "method(function): an instancemethod of function."},
     {"split_bytes", (PyCFunction)fp_split_bytes, METH_O, "split_bytes(buffer) -> the elements of a BYTES tensor."},
     {NULL, NULL, 0, NULL},
 };

@@ -842,10 +842,13 @@ class Channel:
         supervisor. Blocks while the ring is full; raises PeerDead. With
         wake False the caller calls wake_reader() later (one wake-up for
         several messages)."""
+        fast = self._fast_out
         with self._send_lock:
             if self._closed or self._dead.value:
                 self._refuse()
-            self._push(self._packer.pack(msg))
+            data = self._packer.pack(msg)
+            if fast is None or not fast.push_held(data):
+                self._push(data)
         if wake and self._out.reader_sleeping.value:
             _futex_wake(self._out.tail_addr)
 

@@ -16,8 +16,12 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 
-_ABI = 2  # fastpath.c's FASTPATH_ABI this module was written for
+_ABI = 3  # fastpath.c's FASTPATH_ABI this module was written for
 ENV = "STUBVISOR_PY_FASTPATH"
+
+
+PY_AS_NUMPY = pb.Tensor.as_numpy
+PY_GET_INPUT = pb.get_input_tensor_by_name
 
 
 def _load():
@@ -40,6 +44,11 @@ def _load():
     except Exception as exc:  # pb_utils' classes not as fastpath.c reads them
         return None, "compiled fast path refused its setup (%s): pure-Python path" % exc
     ipc.FAST_RING = fastpath.Ring
+    # pb_utils' two calls a model makes per input, each falling back to
+    # the Python function it replaces (kept here) for what it does not do.
+    fastpath.setup_pb(PY_AS_NUMPY, PY_GET_INPUT, pb._WIRE_DTYPE, pb._BF16)
+    pb.Tensor.as_numpy = fastpath.method(fastpath.as_numpy)
+    pb.get_input_tensor_by_name = fastpath.get_input_tensor_by_name
     pb._split_bytes = fastpath.split_bytes
     return fastpath, "compiled fast path loaded (%s)" % os.path.basename(fastpath.__file__)
 
