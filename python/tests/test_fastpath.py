@@ -294,6 +294,58 @@ class FastPathMatchesPythonTest(unittest.TestCase):
         self.assertLess(grown, 2048, "RSS grew by %d KiB over 100k requests" % grown)
 
 
+class PbUtilsCallsTest(unittest.TestCase):
+    """pb_utils' as_numpy and get_input_tensor_by_name, compiled, against
+    the Python functions they stand in for (native.PY_*)."""
+
+    @needs_fast
+    def test_as_numpy_matches(self):
+        f32 = (np.arange(6, dtype="<f4") + 0.5).tobytes()
+        strings = pb.serialize_byte_tensor(np.array([b"a", b"bc"], dtype=np.object_))
+        srcs = {
+            "inline fp32": (11, (2, 3), (ipc.LOC_INLINE, f32, len(f32))),
+            "inline int8": (6, [4], (ipc.LOC_INLINE, b"\x01\x02\x03\x04", 4)),
+            "inline bytes": (13, [2], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline empty": (11, [0], (ipc.LOC_INLINE, b"", 0)),
+            "bf16": (14, [2], (ipc.LOC_INLINE, b"\x00\x01\x02\x03", 4)),
+            "cuda": (11, [1], (ipc.LOC_CUDA, (1, 0), 4)),
+            "wrong size": (11, [4], (ipc.LOC_INLINE, b"\x00" * 6, 6)),
+            "unknown dtype": (99, [1], (ipc.LOC_INLINE, b"\x00", 1)),
+        }
+        for name, (code, shape, src) in srcs.items():
+            with self.subTest(case=name):
+                got, want = [], []
+                for fn, out in ((pb.Tensor.as_numpy, got), (native.PY_AS_NUMPY, want)):
+                    t = pb._new_tensor(pb.Tensor)
+                    t._name, t._dtype, t._shape, t._np, t._src = "T", code, shape, None, src
+                    try:
+                        a = fn(t)
+                        out.append((a.dtype.str, a.shape, a.tolist(), a.flags.writeable, a is fn(t)))
+                    except Exception as exc:
+                        out.append((type(exc).__name__, str(exc)))
+                self.assertEqual(got, want)
+        out = pb.Tensor("O", np.arange(3, dtype=np.int32))
+        self.assertIs(out.as_numpy(), out._np)
+
+    @needs_fast
+    def test_get_input_tensor_by_name_matches(self):
+        r = FAST.requests([request(1, [inline("A", 11, [1], b"\0" * 4), inline("B", 11, [1], b"\0" * 4)])],
+                          None, "m", "1")[0]
+        bls = pb.InferenceRequest(model_name="m", inputs=[pb.Tensor("A", np.zeros(1, np.float32))],
+                                  requested_output_names=[])
+
+        class Other:
+            def inputs(self):
+                return r.inputs()
+
+        for req in (r, bls, Other()):
+            for name in ("A", "B", "C", "", 7):
+                with self.subTest(request=type(req).__name__, name=name):
+                    self.assertIs(pb.get_input_tensor_by_name(req, name), native.PY_GET_INPUT(req, name))
+        with self.assertRaises(TypeError):
+            pb.get_input_tensor_by_name(r)
+
+
 def _python_split(data):
     saved = pb._split_bytes
     pb._split_bytes = None
