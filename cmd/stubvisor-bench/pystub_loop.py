@@ -20,7 +20,9 @@ and comparing the others with it. PYSTUB_LOOP_MSGPACK=1 packs and unpacks
 both with msgpack instead, as the loop did until the stub's second round
 of work (about 35k instructions more per request, the same for every
 stub; docs/performance.md). PYSTUB_LOOP_OPCODES=1 prints the bytecodes
-of one request per function instead.
+of one request per function instead. The stub's compiled fast path
+(make fastpath) serves when it is built; STUBVISOR_PY_FASTPATH=0 measures
+the pure-Python path.
 """
 
 import json
