@@ -31,7 +31,7 @@
 
 /* Bumped whenever a function here changes its contract: native.py loads
  * only the ABI it was written for, so a stale build is never used. */
-#define FASTPATH_ABI 3
+#define FASTPATH_ABI 4
 
 /* Wire constants (stubvisor/ipc.py), given to setup. */
 static long loc_client, loc_cuda, loc_inline, bytes_code, inline_max, kind_execute_done, flag_final;
@@ -44,7 +44,7 @@ static Py_ssize_t t_name, t_dtype, t_np, t_shape, t_src;
 static Py_ssize_t r_handle, r_id, r_correlation_id, r_flags, r_inputs, r_requested, r_params, r_timeout,
     r_model_name, r_model_version, r_preferred_memory, r_trace, r_sender, r_send_state, r_release_flags, r_rt,
     r_final;
-static Py_ssize_t s_outputs, s_error, s_params;
+static Py_ssize_t s_outputs, s_error, s_params, s_release;
 
 static int ready;
 
@@ -156,6 +156,7 @@ static PyObject *fp_setup(PyObject *self, PyObject *consts)
     OFF(response_type, s_outputs, "_outputs")
     OFF(response_type, s_error, "_error")
     OFF(response_type, s_params, "_params")
+    OFF(response_type, s_release, "_release")
 #undef OFF
     ready = 1;
     Py_RETURN_NONE;
@@ -708,6 +709,101 @@ static PyObject *fp_method(PyObject *self, PyObject *func)
     return PyInstanceMethod_New(func);
 }
 
+/* --- pb_utils' constructors ------------------------------------------------- */
+
+static PyObject *tensor_init_py, *response_init_py, *code_of, *str_dtype, *str_flags, *str_c_contiguous;
+
+/* The Python __init__ with the same arguments. */
+static PyObject *init_python(PyObject *init, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (init == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastpath: constructors not set up");
+        return NULL;
+    }
+    return PyObject_Vectorcall(init, args, nargs, kwnames);
+}
+
+/* Tensor.__init__(self, name, numpy_array) for the usual tensor: a
+ * C-contiguous ndarray of a type Triton knows, under a non-empty str name
+ * (the Python __init__'s first test); the rest is the Python __init__'s. */
+static PyObject *fp_tensor_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!ready || kwnames != NULL || nargs != 3 || !Py_IS_TYPE(args[0], tensor_type)
+        || !Py_IS_TYPE(args[2], ndarray_type) || !PyUnicode_CheckExact(args[1]) || PyUnicode_GET_LENGTH(args[1]) == 0)
+        return init_python(tensor_init_py, args, nargs, kwnames);
+    PyObject *t = args[0], *array = args[2];
+    PyObject *dtype = PyObject_GetAttr(array, str_dtype);
+    if (dtype == NULL)
+        return NULL;
+    PyObject *code = PyDict_GetItemWithError(code_of, dtype);
+    Py_DECREF(dtype);
+    if (code == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return init_python(tensor_init_py, args, nargs, kwnames);
+    }
+    Py_INCREF(code);
+    PyObject *flags = PyObject_GetAttr(array, str_flags);
+    PyObject *contiguous = flags == NULL ? NULL : PyObject_GetAttr(flags, str_c_contiguous);
+    Py_XDECREF(flags);
+    int c = contiguous == NULL ? -1 : PyObject_IsTrue(contiguous);
+    Py_XDECREF(contiguous);
+    if (c <= 0) {
+        Py_DECREF(code);
+        if (c < 0)
+            return NULL;
+        return init_python(tensor_init_py, args, nargs, kwnames);
+    }
+    Py_XSETREF(SLOT(t, t_name), Py_NewRef(args[1]));
+    Py_XSETREF(SLOT(t, t_dtype), code);
+    Py_XSETREF(SLOT(t, t_np), Py_NewRef(array));
+    Py_XSETREF(SLOT(t, t_shape), Py_NewRef(Py_None));
+    Py_XSETREF(SLOT(t, t_src), Py_NewRef(Py_None));
+    Py_RETURN_NONE;
+}
+
+/* InferenceResponse.__init__(self, output_tensors) for the usual response:
+ * a list of Tensors and nothing else; the rest is the Python __init__'s. */
+static PyObject *fp_response_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *outputs = NULL;
+    if (!ready || !Py_IS_TYPE(args[0], response_type) || nargs < 1)
+        return init_python(response_init_py, args, nargs, kwnames);
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs == 2 && nkw == 0)
+        outputs = args[1];
+    else if (nargs == 1 && nkw == 1 && PyUnicode_CheckExact(PyTuple_GET_ITEM(kwnames, 0))
+             && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "output_tensors") == 0)
+        outputs = args[1];
+    if (outputs == NULL || !PyList_CheckExact(outputs))
+        return init_python(response_init_py, args, nargs, kwnames);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outputs); i++)
+        if (!Py_IS_TYPE(PyList_GET_ITEM(outputs, i), tensor_type))
+            return init_python(response_init_py, args, nargs, kwnames);
+    PyObject *r = args[0], *empty = PyUnicode_New(0, 0);
+    if (empty == NULL)
+        return NULL;
+    Py_XSETREF(SLOT(r, s_outputs), Py_NewRef(outputs));
+    Py_XSETREF(SLOT(r, s_error), Py_NewRef(Py_None));
+    Py_XSETREF(SLOT(r, s_params), empty);
+    Py_XSETREF(SLOT(r, s_release), Py_NewRef(Py_None));
+    Py_RETURN_NONE;
+}
+
+/* setup_init(tensor_init, response_init, code_of): the Python __init__s
+ * the two above fall back to, and pb_utils' dtype -> type code table. */
+static PyObject *fp_setup_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "fastpath.setup_init(tensor_init, response_init, code_of)");
+        return NULL;
+    }
+    Py_XSETREF(tensor_init_py, Py_NewRef(args[0]));
+    Py_XSETREF(response_init_py, Py_NewRef(args[1]));
+    Py_XSETREF(code_of, Py_NewRef(args[2]));
+    Py_RETURN_NONE;
+}
+
 /* --- BYTES tensors --------------------------------------------------------- */
 
 /* split_bytes(buffer): the elements of a serialized BYTES tensor (each a
@@ -1030,6 +1126,11 @@ static PyMethodDef methods[] = {
     {"setup_pb", (PyCFunction)(void (*)(void))fp_setup_pb, METH_FASTCALL,
      "setup_pb(as_numpy, get_input_tensor_by_name, wire_dtypes, bf16)."},
     {"method", (PyCFunction)fp_method, METH_O, "method(function): an instancemethod of function."},
+    {"tensor_init", (PyCFunction)(void (*)(void))fp_tensor_init, METH_FASTCALL | METH_KEYWORDS,
+     "pb_utils.Tensor.__init__ for the usual tensor."},
+    {"response_init", (PyCFunction)(void (*)(void))fp_response_init, METH_FASTCALL | METH_KEYWORDS,
+     "pb_utils.InferenceResponse.__init__ for the usual response."},
+    {"setup_init", (PyCFunction)(void (*)(void))fp_setup_init, METH_FASTCALL, "setup_init(tensor_init, response_init, code_of)."},
     {"split_bytes", (PyCFunction)fp_split_bytes, METH_O, "split_bytes(buffer) -> the elements of a BYTES tensor."},
     {NULL, NULL, 0, NULL},
 };
@@ -1045,6 +1146,13 @@ PyMODINIT_FUNC PyInit_fastpath(void)
         return NULL;
     str_cursor = PyUnicode_InternFromString("cursor");
     str_closed = PyUnicode_InternFromString("_closed");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_flags = PyUnicode_InternFromString("flags");
+    str_c_contiguous = PyUnicode_InternFromString("c_contiguous");
+    if (str_dtype == NULL || str_flags == NULL || str_c_contiguous == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (str_cursor == NULL || str_closed == NULL || PyType_Ready(&RingType) < 0
         || PyModule_AddObjectRef(m, "Ring", (PyObject *)&RingType) < 0
         || PyModule_AddIntConstant(m, "ABI", FASTPATH_ABI) < 0) {

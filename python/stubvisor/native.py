@@ -16,12 +16,14 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 
-_ABI = 3  # fastpath.c's FASTPATH_ABI this module was written for
+_ABI = 4  # fastpath.c's FASTPATH_ABI this module was written for
 ENV = "STUBVISOR_PY_FASTPATH"
 
 
 PY_AS_NUMPY = pb.Tensor.as_numpy
 PY_GET_INPUT = pb.get_input_tensor_by_name
+PY_TENSOR_INIT = pb.Tensor.__init__
+PY_RESPONSE_INIT = pb.InferenceResponse.__init__
 
 
 def _load():
@@ -49,6 +51,9 @@ def _load():
     fastpath.setup_pb(PY_AS_NUMPY, PY_GET_INPUT, pb._WIRE_DTYPE, pb._BF16)
     pb.Tensor.as_numpy = fastpath.method(fastpath.as_numpy)
     pb.get_input_tensor_by_name = fastpath.get_input_tensor_by_name
+    fastpath.setup_init(PY_TENSOR_INIT, PY_RESPONSE_INIT, pb._CODE_OF)
+    pb.Tensor.__init__ = fastpath.method(fastpath.tensor_init)
+    pb.InferenceResponse.__init__ = fastpath.method(fastpath.response_init)
     pb._split_bytes = fastpath.split_bytes
     return fastpath, "compiled fast path loaded (%s)" % os.path.basename(fastpath.__file__)
 

@@ -346,6 +346,54 @@ class PbUtilsCallsTest(unittest.TestCase):
             pb.get_input_tensor_by_name(r)
 
 
+class ConstructorsTest(unittest.TestCase):
+    """pb_utils.Tensor and InferenceResponse built by the compiled __init__s
+    and by the Python ones (native.PY_*_INIT) hold the same slots, or fail
+    with the same exception."""
+
+    @staticmethod
+    def build(cls, init, args, kwargs):
+        obj = cls.__new__(cls)
+        try:
+            init(obj, *args, **kwargs)
+        except Exception as exc:
+            return (type(exc).__name__, str(exc))
+        return {s: getattr(obj, s, "<unset>") for s in cls.__slots__ if s != "__weakref__"}
+
+    @needs_fast
+    def test_tensor(self):
+        f32 = np.arange(6, dtype=np.float32)
+        calls = [("A", f32), ("A", f32.reshape(2, 3)), ("A", f32.reshape(2, 3).T), ("", f32), (7, f32),
+                 ("A", None), ("A", [1, 2]), ("A", np.array([b"x"], dtype=np.object_)), ("A", f32.astype(">f4")),
+                 ("A", np.array([1 + 2j])), ("A",), ("A", f32, 1)]
+        for args in calls:
+            with self.subTest(args=repr(args)[:60]):
+                got = self.build(pb.Tensor, pb.Tensor.__init__, args, {})
+                want = self.build(pb.Tensor, native.PY_TENSOR_INIT, args, {})
+                if isinstance(got, dict):
+                    for d in (got, want):
+                        d["_np"] = (d["_np"].dtype.str, d["_np"].shape, d["_np"].tolist(), d["_np"].flags.c_contiguous)
+                self.assertEqual(got, want)
+        self.assertEqual(self.build(pb.Tensor, pb.Tensor.__init__, (), {"name": "K", "numpy_array": f32})["_name"], "K")
+
+        class Sub(pb.Tensor):
+            __slots__ = ()
+
+        self.assertEqual(Sub("S", f32).name(), "S")
+
+    @needs_fast
+    def test_response(self):
+        t = pb.Tensor("A", np.zeros(2, np.float32))
+        calls = [(([t],), {}), (([],), {}), ((), {}), ((), {"output_tensors": [t]}), (([t, None],), {}),
+                 (([t, 3],), {}), (((t,),), {}), ((None,), {}), (([t],), {"error": pb.TritonError("e")}),
+                 (([t],), {"parameters": {"a": 1}}), ((), {"error": "e"}), (([t], None, None), {})]
+        for args, kwargs in calls:
+            with self.subTest(args=repr(args)[:60], kwargs=sorted(kwargs)):
+                got = self.build(pb.InferenceResponse, pb.InferenceResponse.__init__, args, kwargs)
+                want = self.build(pb.InferenceResponse, native.PY_RESPONSE_INIT, args, kwargs)
+                self.assertEqual(got, want)
+
+
 def _python_split(data):
     saved = pb._split_bytes
     pb._split_bytes = None
