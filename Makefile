@@ -41,7 +41,7 @@ deps-bench: deps
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 			python3-fastapi python3-uvicorn python3-uvloop python3-httptools; }
 
-# The Python stub's compiled fast path (python/stubvisor/fastpath.c), built
+# The Python stub's compiled fast path (python/stubvisor/fastpath*.c), built
 # against $(PYTHON)'s headers and named with its EXT_SUFFIX, so that only
 # that interpreter's ABI loads it; python/embed.go carries it into the
 # binary. A plain go build (no .so) runs the stub's pure-Python path.
@@ -51,10 +51,12 @@ FASTPATH      := python/stubvisor/fastpath$(PY_EXT_SUFFIX)
 
 fastpath: $(FASTPATH)
 
-$(FASTPATH): python/stubvisor/fastpath.c
+FASTPATH_SRC  := $(wildcard python/stubvisor/fastpath*.c)
+
+$(FASTPATH): $(FASTPATH_SRC) python/stubvisor/fastpath.h
 	@test -n "$(PY_EXT_SUFFIX)" && test -f "$(PY_INCLUDE)/Python.h" || { \
 		echo "fastpath: $(PYTHON) has no Python.h (apt-get install python3-dev)"; exit 1; }
-	$(CC) -shared -fPIC -O2 -Wall -fno-strict-aliasing -I$(PY_INCLUDE) -o $(@D)/.fastpath.tmp $< && mv $(@D)/.fastpath.tmp $@
+	$(CC) -shared -fPIC -O2 -Wall -fno-strict-aliasing -fvisibility=hidden -I$(PY_INCLUDE) -o $(@D)/.fastpath.tmp $(FASTPATH_SRC) && mv $(@D)/.fastpath.tmp $@
 
 build: fastpath
 	$(GO) build -o $(BIN)/stubvisor ./cmd/stubvisor

@@ -1,0 +1,54 @@
+/* Shared by the files of stubvisor.fastpath (fastpath.c says what it is):
+ * the classes, constants and slot offsets fastpath.c's setup fills in, and
+ * the functions each file gives the module's method table. */
+#ifndef STUBVISOR_FASTPATH_H
+#define STUBVISOR_FASTPATH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Bumped whenever a function here changes its contract: native.py loads
+ * only the ABI it was written for, so a stale build is never used. */
+#define FASTPATH_ABI 4
+
+/* Wire constants (stubvisor/ipc.py), given to setup. */
+extern long loc_client, loc_cuda, loc_inline, bytes_code, inline_max, kind_execute_done, flag_final;
+
+extern PyTypeObject *tensor_type, *request_type, *response_type, *ndarray_type;
+extern PyObject *default_trace, *default_memory, *release_all;
+
+/* Member offsets of the pb_utils classes' slots. */
+extern Py_ssize_t t_name, t_dtype, t_np, t_shape, t_src;
+extern Py_ssize_t r_handle, r_id, r_correlation_id, r_flags, r_inputs, r_requested, r_params, r_timeout,
+    r_model_name, r_model_version, r_preferred_memory, r_trace, r_sender, r_send_state, r_release_flags, r_rt,
+    r_final;
+extern Py_ssize_t s_outputs, s_error, s_params, s_release;
+
+/* Set once setup succeeded: until then every function takes the Python path. */
+extern int ready;
+
+/* A slot of an instance of one of those classes (NULL while unset). */
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+/* fastpath_done.c */
+PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fp_split_bytes(PyObject *self, PyObject *arg);
+
+/* fastpath_pb.c */
+PyObject *fp_as_numpy(PyObject *self, PyObject *t);
+PyObject *fp_get_input(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fp_setup_pb(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fp_method(PyObject *self, PyObject *func);
+PyObject *fp_tensor_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *fp_response_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *fp_setup_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+int fp_pb_ready(void);
+
+/* fastpath_ring.c */
+extern PyTypeObject RingType;
+int fp_ring_ready(void);
+
+#endif
