@@ -5,12 +5,16 @@ package main
 // overlap on the stub's event loop (python_backend's QA
 // test_concurrent_execute_multi_request_bls). The requests are sent one
 // by one, each once the BLS call of the one before reached the callee.
+// Also the 3-step async chain as a decoupled model (the way to run the
+// chains of several requests at once in one instance), over a stream.
 
 import (
 	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/stubvisor/stubvisor/backendapi/inferencepb"
 	"github.com/stubvisor/stubvisor/ipc/ipctest"
@@ -59,6 +63,60 @@ func TestBLSAsyncDecoupledOverlap(t *testing.T) {
 			for i := range parties {
 				if got := met[fmt.Sprint(i)]; got != parties {
 					t.Errorf("request %d: %d BLS calls overlapped, want %d (all: %v)", i, got, parties, met)
+				}
+			}
+		})
+	}
+}
+
+// The chains of requests sent together on one stream all get their own
+// answer (each one final response, its input through three identity
+// steps); the unary RPC refuses the decoupled model as Triton's does.
+func TestBLSChainAsyncDecoupled(t *testing.T) {
+	ipctest.RequirePython(t)
+	s := startServer(t, copyRepo(t, "bls_chain_async_decoupled", "identity_fp32"))
+	_, c := grpcClient(t, s)
+	const model = "bls_chain_async_decoupled"
+	input := func(i int) []byte { return ipctest.FP32(float32(i), float32(-i), 0.5, float32(i*i)) }
+	request := func(i int) *pb.ModelInferRequest {
+		return &pb.ModelInferRequest{ModelName: model, Id: fmt.Sprint(i),
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{4}}},
+			RawInputContents: [][]byte{input(i)}}
+	}
+
+	t.Run("unary ModelInfer is refused", func(t *testing.T) {
+		_, err := c.ModelInfer(callCtx(t), request(0))
+		wantStatus(t, err, codes.Unimplemented, "ModelInfer RPC doesn't support models with decoupled transaction policy")
+	})
+
+	for _, n := range []int{1, 16} {
+		t.Run(fmt.Sprintf("%d requests at once on a stream", n), func(t *testing.T) {
+			st, err := c.ModelStreamInfer(callCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if err := st.Send(request(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[string][]byte{}
+			recvEach(t, st, func(m *pb.ModelStreamInferResponse) bool {
+				if m.ErrorMessage != "" {
+					t.Fatalf("stream error: %s", m.ErrorMessage)
+				}
+				r := m.InferResponse
+				if _, dup := got[r.Id]; dup {
+					t.Fatalf("request %s answered twice", r.Id)
+				}
+				_, raw := outputByName(t, r, "OUTPUT0")
+				got[r.Id] = raw
+				return len(got) < n
+			})
+			_ = st.CloseSend()
+			for i := range n {
+				if raw, ok := got[fmt.Sprint(i)]; !ok || string(raw) != string(input(i)) {
+					t.Errorf("request %d: OUTPUT0 = %v (answered: %v), want %v", i, raw, ok, input(i))
 				}
 			}
 		})
