@@ -1,14 +1,19 @@
 package main
 
-// The ensemble subcommand: three Python identity models chained four
+// The ensemble subcommand: three Python identity models chained five
 // ways against the built bin/stubvisor over gRPC, measured in the same
 // rounds: as an ensemble (one request), by the client (three requests,
 // each output sent back as the next input), by a BLS model.py (one
-// request, three sync exec() calls) and by an async one (three awaited
+// request, three sync exec() calls), by an async one (three awaited
 // async_exec() calls per request, the requests of a dynamic batch at
-// once), next to a single identity model as the yardstick of what one
-// step moves. Each side also reports the context switches of the server
-// and its stubs per chain (the wake-ups it took).
+// once; as in Triton, a batch's execute runs to its end before the next
+// batch starts) and by the same async chain in a decoupled model
+// (execute returns at once and every request's chain runs on the stub's
+// event loop beside the others; one request and its one response on a
+// ModelStreamInfer stream each caller keeps open), next to a single
+// identity model as the yardstick of what one step moves. Each side
+// also reports the context switches of the server and its stubs per
+// chain (the wake-ups it took).
 
 import (
 	"context"
@@ -66,6 +71,18 @@ output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
 parameters { key: "STEPS" value { string_value: "id_1,id_2,id_3" } }
 instance_group [ { kind: KIND_CPU } ]
 `},
+	// No batching: a decoupled async execute returns at once, so the
+	// instance is free again before a second request could join a
+	// batch; each request's chain runs on its own.
+	{"bls_async_dec_id3", "bls_chain_async_decoupled", `name: "bls_async_dec_id3"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+parameters { key: "STEPS" value { string_value: "id_1,id_2,id_3" } }
+instance_group [ { kind: KIND_CPU } ]
+`},
 }
 
 // ensSide is one way of running the chain: call does one chain on the
@@ -108,6 +125,58 @@ func batchedOne(model string) func(context.Context, pb.GRPCInferenceServiceClien
 	}
 }
 
+// streamedOne calls a decoupled model: one request on a ModelStreamInfer
+// stream and its one (final) response. Each caller keeps a stream open
+// across its calls, as tritonclient's stream does; closedLoop gives its
+// callers one function, so the open streams wait in a free list between
+// calls (never more of them than callers). A stream of an earlier load,
+// whose context has ended, is dropped.
+func streamedOne(model string) func(context.Context, pb.GRPCInferenceServiceClient, []byte) error {
+	type open struct {
+		ctx context.Context
+		st  pb.GRPCInferenceService_ModelStreamInferClient
+	}
+	free := make(chan open, 64)
+	return func(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
+		var s open
+		for s.st == nil {
+			select {
+			case s = <-free:
+				if s.ctx != ctx {
+					s.st = nil
+				}
+			default:
+				st, err := c.ModelStreamInfer(ctx)
+				if err != nil {
+					return fmt.Errorf("%s: %w", model, err)
+				}
+				s = open{ctx, st}
+			}
+		}
+		err := s.st.Send(&pb.ModelInferRequest{ModelName: model,
+			Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "FP32", Shape: []int64{int64(len(in) / 4)}}},
+			RawInputContents: [][]byte{in}})
+		if err != nil {
+			return fmt.Errorf("%s: %w", model, err)
+		}
+		m, err := s.st.Recv()
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %w", model, err)
+		case m.ErrorMessage != "":
+			return fmt.Errorf("%s: %s", model, m.ErrorMessage)
+		case len(m.InferResponse.RawOutputContents) != 1 || len(m.InferResponse.RawOutputContents[0]) != len(in):
+			return fmt.Errorf("%s: wrong output", model)
+		}
+		select {
+		case free <- s:
+		default:
+			_ = s.st.CloseSend()
+		}
+		return nil
+	}
+}
+
 func clientChain(ctx context.Context, c pb.GRPCInferenceServiceClient, in []byte) error {
 	var err error
 	for _, m := range []string{"id_1", "id_2", "id_3"} {
@@ -144,6 +213,7 @@ func runEnsembleBench(args []string) error {
 		{"client-chain", clientChain},
 		{"bls", oneModel("bls_id3")},
 		{"bls-async", batchedOne("bls_async_id3")},
+		{"bls-async-decoupled", streamedOne("bls_async_dec_id3")},
 		{"single", oneModel("id_1")},
 	}
 	if *onlySides != "" {
