@@ -44,8 +44,9 @@
 //     reaped and its requests failed), two forwardLines (stdout, stderr;
 //     reap waits for them, or closes the pipes after pipeGrace), watch (the
 //     watchdog, until the process exits: every 50 ms while the stub has
-//     work, once a heartbeat period on a grid shared by all stubs while it
-//     is idle).
+//     work and for a second after, so what it sends once no caller reads
+//     is read at once; once a heartbeat period on a grid shared by all
+//     stubs while it is idle, until the next Execute kicks it).
 //   - Dispatch, started by the Host's owner once per incarnation, feeds
 //     queued batches into free slots until the process exits; with a
 //     Config.Gate it waits for each batch's grant first (gate.go), and

@@ -239,6 +239,7 @@ func (p *Proc) Execute(b *Batch) {
 		p.execSince = now
 	}
 	p.mu.Unlock()
+	p.kickWatch()
 	for _, pr := range live {
 		pr.assign(p)
 	}

@@ -68,6 +68,13 @@ type Proc struct {
 	direct, queue <-chan *Batch
 	// lead is the token for reading the ring: one reader at a time.
 	lead chan struct{}
+	// watchIdle is set while the watchdog sleeps on its idle grid; the
+	// first Execute after that kicks it (watchKick) back to its short
+	// period, so what the stub sends around a request, while no caller
+	// reads (a log line after its final response), is read within
+	// watchInterval rather than at the next grid tick.
+	watchIdle atomic.Bool
+	watchKick chan struct{}
 
 	// sendMu makes taking a batch id and sending the batch one step, so
 	// that ids follow the order in which the stub reads them.
@@ -160,7 +167,7 @@ func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
 		cfg: cfg, host: host, direct: host.Direct(), queue: host.Queue(), log: cfg.Log, conn: conn, cmd: cmd, pid: cmd.Process.Pid,
 		conf: conf, retired: make(chan struct{}),
 		started: time.Now(), exited: make(chan struct{}), released: make(chan struct{}),
-		slots: make(chan struct{}, cfg.PipelineDepth), lead: make(chan struct{}, 1),
+		slots: make(chan struct{}, cfg.PipelineDepth), lead: make(chan struct{}, 1), watchKick: make(chan struct{}, 1),
 		batches: map[uint64]*Batch{}, requests: map[uint64]*Request{}, calls: map[uint64]*callReply{},
 	}
 	p.serving, p.endServing = context.WithCancel(context.Background())
@@ -347,12 +354,17 @@ func (p *Proc) notStarted() error {
 func (p *Proc) watch() {
 	idle := p.idleWatch()
 	tick := time.NewTimer(untilGrid(time.Now(), idle))
+	p.watchIdle.Store(true)
 	defer tick.Stop()
 	lastBeat, lastChange := p.conn.PeerHeartbeat(), time.Now()
+	var shortUntil time.Time // the short period lasts this long after work
 	for {
 		select {
 		case <-p.exited:
 			return
+		case <-p.watchKick:
+			shortUntil = time.Now().Add(watchTrail)
+			tick.Reset(watchInterval)
 		case now := <-tick.C:
 			p.drainIdle()
 			p.flushReleases()
@@ -374,10 +386,25 @@ func (p *Proc) watch() {
 				}
 			}
 			if p.hasWork() {
+				shortUntil = now.Add(watchTrail)
+			}
+			if now.Before(shortUntil) {
 				tick.Reset(watchInterval)
 			} else {
+				p.watchIdle.Store(true)
 				tick.Reset(untilGrid(time.Now(), idle))
 			}
+		}
+	}
+}
+
+// kickWatch brings an idle watchdog back to its short period (an
+// Execute is starting); one atomic load when it is not idle.
+func (p *Proc) kickWatch() {
+	if p.watchIdle.Load() && p.watchIdle.CompareAndSwap(true, false) {
+		select {
+		case p.watchKick <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -430,7 +457,11 @@ func (p *Proc) drainIdle() {
 }
 
 const (
-	watchInterval  = 50 * time.Millisecond
+	watchInterval = 50 * time.Millisecond
+	// watchTrail is how long the watchdog keeps its short period after
+	// the stub's last work: a log line or a release the stub sends just
+	// after a request ends is read within watchInterval.
+	watchTrail     = time.Second
 	unhealthyAfter = 3 * time.Second
 )
 
