@@ -243,8 +243,7 @@ func (p *Proc) Execute(b *Batch) {
 	for _, pr := range live {
 		pr.assign(p)
 	}
-	// The message lives in the batch (Send encodes it at once), and lets
-	// go of the requests once sent.
+	// The message lives in the batch (Send encodes it), then lets go.
 	b.msg = ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}
 	err := p.conn.Send(&b.msg)
 	b.msg = ipc.ExecuteMsg{}
