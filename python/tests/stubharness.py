@@ -220,3 +220,33 @@ REPEAT_CONFIG = {
     "output": [{"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]},
                {"name": "IDX", "data_type": "TYPE_UINT32", "dims": [1]}],
 }
+
+
+def add_sub_host(test):
+    """An in-process region: the supervisor's Channel and a stub Host on
+    its other side with add_sub initialized and pb_utils pointed at it,
+    all undone by test's cleanups. Returns (supervisor channel, host)."""
+    import triton_python_backend_utils as pb
+    from stubvisor import host as hostmod
+
+    saved = pb._runtime, pb._view, pb._cuda
+    test.addCleanup(lambda: setattr(pb, "_runtime", saved[0]) or setattr(pb, "_view", saved[1])
+                    or setattr(pb, "_cuda", saved[2]))
+    sup = ipc.Channel._create(ring_bytes=1 << 16, arena_max=1 << 24)
+    test.addCleanup(sup.close)
+    stub = ipc.Channel.attach(os.dup(sup.fd))
+    test.addCleanup(stub.close)
+    host = hostmod.Host(stub, "add_sub_0_0")
+    pb._runtime, pb._view, pb._cuda = host, host._view, host._cuda
+    repo = os.path.join(MODELS, "add_sub")
+    config = {"name": "add_sub",
+              "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("INPUT0", "INPUT1")],
+              "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")]}
+    args = {"model_config": json.dumps(config), "model_instance_kind": "CPU",
+            "model_instance_name": "add_sub_0_0", "model_instance_device_id": "0",
+            "model_repository": repo, "model_version": "1", "model_name": "add_sub"}
+    sup.send([ipc.KIND_INITIALIZE, 1, args, {"model_file": os.path.join(repo, "1", "model.py")}])
+    host._on_initialize(host._next_command())
+    result = sup.recv(WAIT)
+    test.assertEqual(result[:3], [ipc.KIND_RESULT, 1, None])
+    return sup, host

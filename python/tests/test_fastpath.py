@@ -17,11 +17,10 @@ import numpy as np  # noqa: E402
 
 import triton_python_backend_utils as pb  # noqa: E402
 from stubvisor import execute as execmod  # noqa: E402
-from stubvisor import host as hostmod  # noqa: E402
 from stubvisor import ipc, native  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WAIT = 10.0
+from .stubharness import WAIT, add_sub_host  # noqa: E402
+
 FAST = native.FAST
 needs_fast = unittest.skipIf(FAST is None, "compiled fast path not loaded: " + native.REASON)
 
@@ -39,26 +38,7 @@ class Region:
     add_sub loaded and its execute swapped for the test's."""
 
     def __init__(self, test):
-        saved = pb._runtime, pb._view, pb._cuda
-        test.addCleanup(lambda: setattr(pb, "_runtime", saved[0]) or setattr(pb, "_view", saved[1])
-                        or setattr(pb, "_cuda", saved[2]))
-        self.sup = ipc.Channel._create(ring_bytes=1 << 16, arena_max=1 << 24)
-        test.addCleanup(self.sup.close)
-        stub = ipc.Channel.attach(os.dup(self.sup.fd))
-        test.addCleanup(stub.close)
-        self.host = hostmod.Host(stub, "add_sub_0_0")
-        pb._runtime, pb._view, pb._cuda = self.host, self.host._view, self.host._cuda
-        repo = os.path.join(REPO, "testdata", "models", "add_sub")
-        config = {"name": "add_sub",
-                  "input": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("INPUT0", "INPUT1")],
-                  "output": [{"name": n, "data_type": "TYPE_FP32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")]}
-        args = {"model_config": json.dumps(config), "model_instance_kind": "CPU",
-                "model_instance_name": "add_sub_0_0", "model_instance_device_id": "0",
-                "model_repository": repo, "model_version": "1", "model_name": "add_sub"}
-        self.sup.send([ipc.KIND_INITIALIZE, 1, args, {"model_file": os.path.join(repo, "1", "model.py")}])
-        self.host._on_initialize(self.host._next_command())
-        result = self.sup.recv(WAIT)
-        test.assertEqual(result[:3], [ipc.KIND_RESULT, 1, None])
+        self.sup, self.host = add_sub_host(test)
         self.seen = []
         self.host.model.execute = self.echo
 
