@@ -126,9 +126,10 @@ func TestBLSChainAsyncDecoupled(t *testing.T) {
 
 // TestAsyncDecoupledRaiseLogged: what a stub logs after its request has
 // ended (a decoupled async execute that raises once it has sent its final
-// response) reaches the server's log within NVIDIA's bound of 2 s
-// (L0_backend_python async_execute test_model_raise_exception), although
-// an idle stub's watchdog looks at it only every 3 s.
+// response) reaches the server's log within 1 s, half NVIDIA's bound
+// (L0_backend_python async_execute test_model_raise_exception reads the log
+// after 2 s), although an idle stub's watchdog looks at it only every 3 s:
+// without the watchdog's kick the line came 0.2-3 s late.
 func TestAsyncDecoupledRaiseLogged(t *testing.T) {
 	ipctest.RequirePython(t)
 	s := startServer(t, copyRepo(t, "async_raise_decoupled"))
@@ -145,6 +146,6 @@ func TestAsyncDecoupledRaiseLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	waitFor(t, 2*time.Second, "the model's error in the server log", func() bool { return strings.Contains(s.Log(), text) })
+	waitFor(t, time.Second, "the model's error in the server log", func() bool { return strings.Contains(s.Log(), text) })
 	t.Logf("logged %v after the request was sent", time.Since(sent).Round(time.Millisecond))
 }
