@@ -193,7 +193,7 @@ func runEnsembleBench(args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds, each measuring every side in turn; medians are printed")
 	warmup := fs.Duration("warmup", time.Second, "unmeasured time before each side")
 	sf := addServerFlags(fs)
-	only := fs.String("case", "", "run only the cases whose name contains this")
+	only := fs.String("case", "", "run only the cases whose name contains this (ending in $: whose name ends with it)")
 	onlySides := fs.String("sides", "", "comma-separated sides to run (default all; the ensemble always runs, as every ratio's base)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -227,7 +227,7 @@ func runEnsembleBench(args []string) error {
 	}{{"16xFP32", 16}, {"4MiB", 1 << 20}} {
 		for _, conc := range []int{1, 16} {
 			caseName := fmt.Sprintf("%s-c%d", size.name, conc)
-			if *only != "" && !strings.Contains(caseName, *only) {
+			if !caseMatches(caseName, *only) {
 				continue
 			}
 			in := fp32Bytes(size.elems)
