@@ -103,7 +103,7 @@ func startServer(t *testing.T, repo string, args ...string) *server {
 		t.Fatal(err)
 	}
 	s.cmd.Stdout = io.Discard
-	if err := s.cmd.Start(); err != nil {
+	if err := startTied(s.cmd); err != nil {
 		t.Fatal(err)
 	}
 	addrs := make(chan [2]string, 8)
