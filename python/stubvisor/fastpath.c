@@ -50,6 +50,11 @@ static Py_ssize_t slot_offset(PyTypeObject *tp, const char *name)
     return m->offset;
 }
 
+Py_ssize_t fp_slot_offset(PyTypeObject *tp, const char *name)
+{
+    return slot_offset(tp, name);
+}
+
 static int set_type(PyTypeObject **dst, PyObject *o)
 {
     if (!PyType_Check(o)) {
@@ -317,7 +322,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (fp_pb_ready() < 0 || fp_ring_ready() < 0
+    if (fp_pb_ready() < 0 || fp_ring_ready() < 0 || fp_bls_ready(m) < 0
         || PyModule_AddObjectRef(m, "Ring", (PyObject *)&RingType) < 0
         || PyModule_AddIntConstant(m, "ABI", FASTPATH_ABI) < 0) {
         Py_DECREF(m);

@@ -50,5 +50,16 @@ int fp_pb_ready(void);
 /* fastpath_ring.c */
 extern PyTypeObject RingType;
 int fp_ring_ready(void);
+typedef struct {
+    uint64_t *tail;
+    uint32_t *reader_sleeping, *dead;
+} fp_ring_words;
+int fp_ring_get_words(PyObject *ring, fp_ring_words *w);
+int fp_ring_push_buf(PyObject *ring, const void *p, Py_ssize_t n, int wake);
+PyObject *fp_ring_pop(PyObject *ring);
+
+/* fastpath.c, fastpath_bls.c */
+Py_ssize_t fp_slot_offset(PyTypeObject *tp, const char *name);
+int fp_bls_ready(PyObject *module);
 
 #endif

@@ -202,6 +202,22 @@ static int push_locked(RingObject *r, Py_buffer *view, int wake)
     return 1;
 }
 
+static int call_lock(PyObject *f)
+{
+    PyObject *got = PyObject_CallNoArgs(f);
+    Py_XDECREF(got);
+    return got == NULL ? -1 : 0;
+}
+
+/* 1 when the channel is closed, -1 with an exception. */
+static int channel_closed(RingObject *r)
+{
+    PyObject *closed = PyObject_GetAttr(r->channel, str_closed);
+    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
+    Py_XDECREF(closed);
+    return is_closed;
+}
+
 /* push(data): take the send lock, queue one frame and wake the reader if
  * it sleeps; True when done, False when the Python path must (the channel
  * is closed or the peer dead, the frame must wrap or wait for room, or is
@@ -248,6 +264,42 @@ static PyObject *ring_push_held(RingObject *r, PyObject *data)
     if (rc < 0)
         return NULL;
     return Py_NewRef(rc ? Py_True : Py_False);
+}
+
+/* For fastpath_bls.c: the words of a Ring, push without a Py_buffer
+ * (the same as push, the wake-up optional) and pop(True). */
+int fp_ring_get_words(PyObject *o, fp_ring_words *w)
+{
+    if (!Py_IS_TYPE(o, &RingType) || ((RingObject *)o)->tail == NULL)
+        return -1;
+    RingObject *r = (RingObject *)o;
+    w->tail = r->tail;
+    w->reader_sleeping = r->reader_sleeping;
+    w->dead = r->dead;
+    return 0;
+}
+
+int fp_ring_push_buf(PyObject *o, const void *p, Py_ssize_t n, int wake)
+{
+    RingObject *r = (RingObject *)o;
+    if (!Py_IS_TYPE(o, &RingType) || r->acquire == NULL)
+        return 0;
+    Py_buffer view = {.buf = (void *)p, .len = n};
+    if (call_lock(r->acquire) < 0)
+        return -1;
+    int rc = 0, closed = channel_closed(r);
+    if (closed < 0)
+        rc = -1;
+    else if (!closed && !__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
+        rc = push_locked(r, &view, wake);
+    if (call_lock(r->release) < 0)
+        return -1;
+    return rc;
+}
+
+PyObject *fp_ring_pop(PyObject *o)
+{
+    return ring_pop((RingObject *)o, Py_True);
 }
 
 static PyMethodDef ring_methods[] = {

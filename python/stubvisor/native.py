@@ -55,6 +55,9 @@ def _load():
     pb.Tensor.__init__ = fastpath.method(fastpath.tensor_init)
     pb.InferenceResponse.__init__ = fastpath.method(fastpath.response_init)
     pb._split_bytes = fastpath.split_bytes
+    from . import native_bls  # the calling stub's BLS path (fastpath_bls.c)
+
+    native_bls.install(fastpath)
     return fastpath, "compiled fast path loaded (%s)" % os.path.basename(fastpath.__file__)
 
 
