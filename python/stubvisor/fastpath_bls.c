@@ -15,39 +15,27 @@
  * malformed answer) is handed to the Python code, which stays the
  * reference; stubvisor/native_bls.py installs these functions in place of
  * the Python ones it keeps. */
-#include "fastpath.h"
-
-#include <limits.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
+#include "fastpath_bls.h"
 
 /* --- what setup_bls hands over ---------------------------------------------- */
 
-static PyTypeObject *call_type, *mixin_type, *bls_loop_type, *deque_type;
-static Py_ssize_t c_host, c_id, c_queue, c_done, c_waker;
-static PyObject *pb_dict, *forked, *error_type, *wire_dtypes, *element_sizes, *get_running_loop;
-static PyObject *py_init, *py_exec, *py_async_exec, *py_response, *py_get_output;
-static long k_infer_exec, k_infer_result, flag_final_bls;
-static long long pump_slice_ns, wait_slice_ns, preempt_gap_ns, min_budget_ns;
-static PyObject *empty_str, *zero, *one, *minus_one;
-
-/* Interned names. */
-static PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch,
-    *n_cond, *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in,
-    *n_cursor, *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_create_future,
-    *n_wake_due, *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11];
+PyTypeObject *call_type, *mixin_type, *bls_loop_type, *deque_type;
+Py_ssize_t c_host, c_id, c_queue, c_done, c_waker;
+PyObject *pb_dict, *forked, *error_type, *wire_dtypes, *element_sizes, *get_running_loop, *peer_dead, *exit_now;
+PyObject *py_init, *py_exec, *py_async_exec, *py_response, *py_get_output, *py_loop_read;
+long k_infer_exec, k_infer_result, flag_final_bls;
+long long pump_slice_ns, wait_slice_ns, preempt_gap_ns, min_budget_ns;
+PyObject *bls_empty, *bls_zero, *bls_one, *bls_minus_one;
+PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch, *n_cond,
+    *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in, *n_cursor,
+    *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_create_future, *n_wake_due,
+    *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11], *n_async_ready,
+    *n_loop_reading, *n_cond_waiters, *n_async_done, *n_return_blocks, *n_cancelled, *n_set_result, *n_recv_held,
+    *n_clear;
 
 /* --- the host, looked up once ----------------------------------------------- */
 
-/* The host's objects that never change after its __init__ (one Host per
- * process; tests make several, one after another). */
-static struct {
-    PyObject *host, *ch, *cond, *cond_acquire, *cond_release, *cond_waiters, *calls, *reader_acquire,
-        *reader_release, *call_ids;
-    Py_ssize_t inline_room;
-} hc;
+host_objects hc;
 
 static void host_forget(void)
 {
@@ -61,10 +49,11 @@ static void host_forget(void)
     Py_CLEAR(hc.reader_acquire);
     Py_CLEAR(hc.reader_release);
     Py_CLEAR(hc.call_ids);
+    Py_CLEAR(hc.async_ready);
 }
 
 /* 0 when hc describes host, -1 with an exception. */
-static int host_cache(PyObject *host)
+int host_cache(PyObject *host)
 {
     if (hc.host == host)
         return 0;
@@ -81,7 +70,8 @@ static int host_cache(PyObject *host)
     hc.reader_acquire = reader ? PyObject_GetAttr(reader, n_acquire) : NULL;
     hc.reader_release = hc.reader_acquire ? PyObject_GetAttr(reader, n_release) : NULL;
     hc.call_ids = hc.reader_release ? PyObject_GetAttr(host, n_call_ids) : NULL;
-    room = hc.call_ids ? PyObject_GetAttr(host, n_inline_room) : NULL;
+    hc.async_ready = hc.call_ids ? PyObject_GetAttr(host, n_async_ready) : NULL;
+    room = hc.async_ready ? PyObject_GetAttr(host, n_inline_room) : NULL;
     Py_XDECREF(lock);
     Py_XDECREF(reader);
     if (room == NULL) {
@@ -94,7 +84,7 @@ static int host_cache(PyObject *host)
         host_forget();
         return -1;
     }
-    if (!PyDict_CheckExact(hc.calls) || !Py_IS_TYPE(hc.cond_waiters, deque_type) || !PyIter_Check(hc.call_ids)) {
+    if (!PyDict_CheckExact(hc.calls) || !PyDict_CheckExact(hc.async_ready) || !Py_IS_TYPE(hc.cond_waiters, deque_type) || !PyIter_Check(hc.call_ids)) {
         host_forget();
         PyErr_SetString(PyExc_TypeError, "fastpath: the host is not laid out as bls.py reads it");
         return -1;
@@ -104,7 +94,7 @@ static int host_cache(PyObject *host)
 }
 
 /* Call a bound method with no arguments and drop its result. */
-static int call0(PyObject *f)
+int call0(PyObject *f)
 {
     PyObject *r = PyObject_CallNoArgs(f);
     if (r == NULL)
@@ -114,7 +104,7 @@ static int call0(PyObject *f)
 }
 
 /* Truth of an attribute; -1 with an exception. */
-static int attr_true(PyObject *o, PyObject *name)
+int attr_true(PyObject *o, PyObject *name)
 {
     PyObject *v = PyObject_GetAttr(o, name);
     if (v == NULL)
@@ -142,784 +132,6 @@ static PyObject *usual_host(void)
         return NULL;
     }
     return rt;
-}
-
-/* --- msgpack, as msgpack.Packer(use_bin_type=True) writes it --------------- */
-
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-    char stack[1024];
-} wbuf;
-
-static void wb_init(wbuf *b)
-{
-    b->p = b->stack;
-    b->len = 0;
-    b->cap = sizeof(b->stack);
-}
-
-static void wb_free(wbuf *b)
-{
-    if (b->p != b->stack)
-        PyMem_Free(b->p);
-}
-
-static int wb_room(wbuf *b, Py_ssize_t more)
-{
-    if (b->len + more <= b->cap)
-        return 0;
-    Py_ssize_t cap = 2 * b->cap + more;
-    char *p = PyMem_Malloc(cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(p, b->p, b->len);
-    wb_free(b);
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int wb_put(wbuf *b, const void *src, Py_ssize_t n)
-{
-    if (wb_room(b, n) < 0)
-        return -1;
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-/* A header byte and an n-byte big-endian value. */
-static int wb_be(wbuf *b, unsigned char head, unsigned long long v, int n)
-{
-    if (wb_room(b, 1 + n) < 0)
-        return -1;
-    char *p = b->p + b->len;
-    p[0] = (char)head;
-    for (int i = 0; i < n; i++)
-        p[1 + i] = (char)(v >> (8 * (n - 1 - i)));
-    b->len += 1 + n;
-    return 0;
-}
-
-static int wb_byte(wbuf *b, unsigned char c)
-{
-    if (wb_room(b, 1) < 0)
-        return -1;
-    b->p[b->len++] = (char)c;
-    return 0;
-}
-
-static int wb_uint(wbuf *b, unsigned long long v)
-{
-    if (v < 128)
-        return wb_byte(b, (unsigned char)v);
-    if (v < 0x100)
-        return wb_be(b, 0xCC, v, 1);
-    if (v < 0x10000)
-        return wb_be(b, 0xCD, v, 2);
-    if (v < 0x100000000ULL)
-        return wb_be(b, 0xCE, v, 4);
-    return wb_be(b, 0xCF, v, 8);
-}
-
-static int wb_int(wbuf *b, long long v)
-{
-    if (v >= 0)
-        return wb_uint(b, (unsigned long long)v);
-    if (v >= -32)
-        return wb_byte(b, (unsigned char)(v & 0xFF));
-    if (v >= -128)
-        return wb_be(b, 0xD0, (unsigned long long)v, 1);
-    if (v >= -32768)
-        return wb_be(b, 0xD1, (unsigned long long)v, 2);
-    if (v >= -2147483648LL)
-        return wb_be(b, 0xD2, (unsigned long long)v, 4);
-    return wb_be(b, 0xD3, (unsigned long long)v, 8);
-}
-
-static int wb_array(wbuf *b, Py_ssize_t n)
-{
-    if (n < 16)
-        return wb_byte(b, (unsigned char)(0x90 | n));
-    if (n < 0x10000)
-        return wb_be(b, 0xDC, (unsigned long long)n, 2);
-    return wb_be(b, 0xDD, (unsigned long long)n, 4);
-}
-
-static int wb_bin(wbuf *b, const void *p, Py_ssize_t n)
-{
-    int rc = n < 0x100 ? wb_be(b, 0xC4, (unsigned long long)n, 1)
-        : n < 0x10000  ? wb_be(b, 0xC5, (unsigned long long)n, 2)
-                       : wb_be(b, 0xC6, (unsigned long long)n, 4);
-    return rc < 0 ? -1 : wb_put(b, p, n);
-}
-
-/* One value of the kinds a BLS request holds: 1 written, 0 when the
- * Python path must encode it (another type, an int past 64 bits, a str
- * that is not UTF-8), -1 on an error. */
-static int wb_value(wbuf *b, PyObject *o)
-{
-    if (o == Py_None)
-        return wb_byte(b, 0xC0) < 0 ? -1 : 1;
-    if (o == Py_False || o == Py_True)
-        return wb_byte(b, o == Py_True ? 0xC3 : 0xC2) < 0 ? -1 : 1;
-    if (PyLong_CheckExact(o)) {
-        int overflow;
-        long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow > 0) {
-            unsigned long long u = PyLong_AsUnsignedLongLong(o);
-            if (u == (unsigned long long)-1 && PyErr_Occurred()) {
-                PyErr_Clear();
-                return 0;
-            }
-            return wb_uint(b, u) < 0 ? -1 : 1;
-        }
-        if (overflow < 0)
-            return 0;
-        return wb_int(b, v) < 0 ? -1 : 1;
-    }
-    if (PyUnicode_CheckExact(o)) {
-        Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(o, &n);
-        if (s == NULL) {
-            PyErr_Clear();
-            return 0;
-        }
-        int rc = n < 32 ? wb_byte(b, (unsigned char)(0xA0 | n))
-            : n < 0x100 ? wb_be(b, 0xD9, (unsigned long long)n, 1)
-            : n < 0x10000 ? wb_be(b, 0xDA, (unsigned long long)n, 2)
-                          : wb_be(b, 0xDB, (unsigned long long)n, 4);
-        return rc < 0 || wb_put(b, s, n) < 0 ? -1 : 1;
-    }
-    if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        if (wb_array(b, n) < 0)
-            return -1;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            /* Items of str and int only (a list a finalizer could change
-             * holds nothing that runs code when read). */
-            int rc = wb_value(b, PySequence_Fast_ITEMS(o)[i]);
-            if (rc <= 0)
-                return rc;
-            if (n != PySequence_Fast_GET_SIZE(o))
-                return 0;
-        }
-        return 1;
-    }
-    return 0;
-}
-
-/* One input as _write_tensor writes the usual small one:
- * [name, dtype, shape, LOC_INLINE, 0, size, <its bytes>]; 1, 0 for the
- * Python path (an array in the arena, BYTES, empty, a scalar, no room
- * left), -1 on an error. */
-static int wb_input(wbuf *b, PyObject *t, Py_ssize_t *room)
-{
-    if (!Py_IS_TYPE(t, tensor_type))
-        return 0;
-    PyObject *array = SLOT(t, t_np), *name = SLOT(t, t_name), *code = SLOT(t, t_dtype);
-    if (array == NULL || name == NULL || code == NULL || !Py_IS_TYPE(array, ndarray_type) || !PyUnicode_CheckExact(name)
-        || !PyLong_CheckExact(code))
-        return 0;
-    int overflow;
-    long c = PyLong_AsLongAndOverflow(code, &overflow);
-    if (overflow || c < 0 || c == bytes_code)
-        return 0;
-    Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    int rc = 0;
-    if (view.ndim == 0 || view.len == 0 || view.len > inline_max || view.len > *room)
-        goto done;
-    rc = -1;
-    if (wb_byte(b, 0x97) < 0 || wb_value(b, name) != 1 || wb_uint(b, (unsigned long long)c) < 0
-        || wb_array(b, view.ndim) < 0)
-        goto done;
-    for (int k = 0; k < view.ndim; k++)
-        if (wb_uint(b, (unsigned long long)view.shape[k]) < 0)
-            goto done;
-    if (wb_uint(b, (unsigned long long)loc_inline) < 0 || wb_byte(b, 0) < 0
-        || wb_uint(b, (unsigned long long)view.len) < 0 || wb_bin(b, view.buf, view.len) < 0)
-        goto done;
-    *room -= view.len;
-    rc = 1;
-done:
-    PyBuffer_Release(&view);
-    return rc;
-}
-
-/* The parts of a request's InferExec around its call id:
- * [KIND_INFER_EXEC, id, <head: model name, version>, [id, <tail: the
- * request's fields, its inputs, decoupled False>]]. 1 when encoded, 0 for
- * the Python path, -1 on an error. */
-static int encode_request(PyObject *req, wbuf *head, wbuf *tail)
-{
-    if (!Py_IS_TYPE(req, request_type))
-        return 0;
-    PyObject *inputs = SLOT(req, r_inputs), *trace = SLOT(req, r_trace);
-    if (inputs == NULL || !PyList_CheckExact(inputs) || trace != default_trace)
-        return 0; /* another trace may carry a context: the Python path */
-    int rc;
-    if ((rc = wb_value(head, SLOT(req, r_model_name) ? SLOT(req, r_model_name) : Py_Ellipsis)) != 1
-        || (rc = wb_value(head, SLOT(req, r_model_version) ? SLOT(req, r_model_version) : Py_Ellipsis)) != 1)
-        return rc;
-    Py_ssize_t offs[] = {r_id, r_correlation_id, r_flags};
-    for (int i = 0; i < 3; i++)
-        if ((rc = wb_value(tail, SLOT(req, offs[i]) ? SLOT(req, offs[i]) : Py_Ellipsis)) != 1)
-            return rc;
-    Py_ssize_t n = PyList_GET_SIZE(inputs), room = hc.inline_room;
-    if (wb_array(tail, n) < 0)
-        return -1;
-    Py_INCREF(inputs);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (i >= PyList_GET_SIZE(inputs) || (rc = wb_input(tail, PyList_GET_ITEM(inputs, i), &room)) != 1) {
-            Py_DECREF(inputs);
-            return i >= PyList_GET_SIZE(inputs) ? 0 : rc;
-        }
-    }
-    Py_DECREF(inputs);
-    Py_ssize_t rest[] = {r_requested, r_params, r_timeout};
-    for (int i = 0; i < 3; i++)
-        if ((rc = wb_value(tail, SLOT(req, rest[i]) ? SLOT(req, rest[i]) : Py_Ellipsis)) != 1)
-            return rc;
-    return wb_byte(tail, 0xC2) < 0 ? -1 : 1; /* decoupled: False */
-}
-
-/* --- sending a call ------------------------------------------------------- */
-
-/* The frame: head and tail around the call id; -1 on an error. */
-static int frame_bytes(unsigned long long id, wbuf *head, wbuf *tail, wbuf *out)
-{
-    wb_init(out);
-    if (wb_byte(out, 0x96) < 0 || wb_uint(out, (unsigned long long)k_infer_exec) < 0 || wb_uint(out, id) < 0
-        || wb_put(out, head->p, head->len) < 0 || wb_byte(out, 0x98) < 0 || wb_uint(out, id) < 0
-        || wb_put(out, tail->p, tail->len) < 0)
-        return -1;
-    return 0;
-}
-
-/* Drop a call that could not be sent (as _send_call's except clause). */
-static void unregister(PyObject *id, int async_call)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    if (call0(hc.cond_acquire) == 0) {
-        PyObject *was = PyDict_GetItemWithError(hc.calls, id);
-        if (was != NULL) {
-            PyDict_DelItem(hc.calls, id);
-            if (async_call) {
-                PyObject *n = PyObject_GetAttr(hc.host, n_async_open);
-                PyObject *m = n ? PyNumber_Subtract(n, one) : NULL;
-                if (m != NULL)
-                    PyObject_SetAttr(hc.host, n_async_open, m);
-                Py_XDECREF(n);
-                Py_XDECREF(m);
-            }
-        }
-        call0(hc.cond_release);
-    }
-    PyErr_Clear();
-    PyErr_Restore(type, value, tb);
-}
-
-/* Send an encoded request as a new call (_send_call, the usual case) and
- * return its _Call, registered with waker (None, or (loop, future) of an
- * async_exec on the stub's own loop, whose turn wakes the supervisor). */
-static PyObject *send_call(wbuf *head, wbuf *tail, PyObject *waker, PyObject *loop)
-{
-    PyObject *id = PyIter_Next(hc.call_ids);
-    if (id == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "fastpath: call ids ran out");
-        return NULL;
-    }
-    unsigned long long idv = PyLong_AsUnsignedLongLong(id);
-    if (idv == (unsigned long long)-1 && PyErr_Occurred()) {
-        Py_DECREF(id);
-        return NULL;
-    }
-    PyObject *queue = PyObject_CallNoArgs((PyObject *)deque_type);
-    PyObject *call = queue ? call_type->tp_alloc(call_type, 0) : NULL;
-    if (call == NULL) {
-        Py_XDECREF(queue);
-        Py_DECREF(id);
-        return NULL;
-    }
-    SLOT(call, c_host) = Py_NewRef(hc.host);
-    SLOT(call, c_id) = Py_NewRef(id);
-    SLOT(call, c_queue) = queue;
-    SLOT(call, c_done) = Py_NewRef(Py_False);
-    SLOT(call, c_waker) = Py_NewRef(waker);
-    int async_call = waker != Py_None;
-    if (call0(hc.cond_acquire) < 0)
-        goto fail;
-    int rc = PyDict_SetItem(hc.calls, id, call);
-    if (rc == 0 && async_call) {
-        PyObject *n = PyObject_GetAttr(hc.host, n_async_open);
-        PyObject *m = n ? PyNumber_Add(n, one) : NULL;
-        rc = m ? PyObject_SetAttr(hc.host, n_async_open, m) : -1;
-        Py_XDECREF(n);
-        Py_XDECREF(m);
-    }
-    if (call0(hc.cond_release) < 0 || rc < 0)
-        goto fail;
-    wbuf out;
-    if (frame_bytes(idv, head, tail, &out) < 0) {
-        wb_free(&out);
-        goto sent_fail;
-    }
-    PyObject *fast = PyObject_GetAttr(hc.ch, n_fast_out);
-    int pushed = fast == NULL ? -1 : fast == Py_None ? 0 : fp_ring_push_buf(fast, out.p, out.len, !async_call);
-    Py_XDECREF(fast);
-    if (pushed == 0) {
-        /* Wrap, wait for room, a closed channel, a dead peer: _send_frame
-         * does it (and ends the process when the supervisor is gone). */
-        PyObject *data = PyBytes_FromStringAndSize(out.p, out.len);
-        PyObject *r = data ? PyObject_CallMethodOneArg(hc.host, n_send_frame, data) : NULL;
-        Py_XDECREF(data);
-        pushed = r == NULL ? -1 : 1;
-        Py_XDECREF(r);
-    }
-    wb_free(&out);
-    if (pushed < 0)
-        goto sent_fail;
-    if (async_call && PyObject_SetAttr(loop, n_wake_due, Py_True) < 0)
-        goto fail;
-    Py_DECREF(id);
-    return call;
-sent_fail:
-    unregister(id, async_call);
-fail:
-    Py_DECREF(id);
-    Py_DECREF(call);
-    return NULL;
-}
-
-/* --- waiting for the answer ----------------------------------------------- */
-
-static long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static inline uint32_t xchg4(uint32_t *p, uint32_t v)
-{
-    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
-}
-
-/* The channel's message poll budget (ch._budget[0]) and spin_ns. */
-static int get_budget(long long *budget, long long *limit)
-{
-    PyObject *b = PyObject_GetAttr(hc.ch, n_budget), *l = PyObject_GetAttr(hc.ch, n_spin_ns);
-    int rc = -1;
-    if (b != NULL && l != NULL && PyList_CheckExact(b) && PyList_GET_SIZE(b) >= 1) {
-        *budget = PyLong_AsLongLong(PyList_GET_ITEM(b, 0));
-        *limit = PyLong_AsLongLong(l);
-        rc = PyErr_Occurred() ? -1 : 0;
-    } else if (b != NULL && l != NULL) {
-        PyErr_SetString(PyExc_TypeError, "fastpath: channel budget is not a list");
-    }
-    Py_XDECREF(b);
-    Py_XDECREF(l);
-    return rc;
-}
-
-static int set_budget(long long v)
-{
-    PyObject *b = PyObject_GetAttr(hc.ch, n_budget);
-    if (b == NULL)
-        return -1;
-    PyObject *x = PyLong_FromLongLong(v);
-    int rc = x == NULL ? -1 : PyList_SetItem(b, 0, x); /* steals x */
-    Py_DECREF(b);
-    return rc;
-}
-
-/* Channel._learn for a message wait. */
-static int learn(long long budget, long long waited, long long limit)
-{
-    long long b = waited < limit ? (2 * waited < limit ? 2 * waited : limit) : budget / 2;
-    return set_budget(b >= min_budget_ns ? b : 0);
-}
-
-/* recv_held(_PUMP_SLICE)'s wait for a message on an empty ring, as
- * Channel._wait_change does it (poll while the budget says it pays, then
- * sleep on the futex in WAIT_SLICE slices, the sleep announced in the
- * reader's flag), with the GIL released. The caller holds the reader lock
- * (close takes it too: the mapping stays). 1 when the tail moved, 0 when
- * the slice passed, -1 for the Python path (the channel closed or the
- * supervisor gone: recv_held raises PeerDead there) or an error. */
-static int wait_tail(fp_ring_words *w, uint64_t old)
-{
-    long long budget, limit;
-    if (get_budget(&budget, &limit) < 0)
-        return -1;
-    long long start = now_ns(), deadline = start + pump_slice_ns;
-    if (budget > 0) {
-        long long end = start + (budget < pump_slice_ns ? budget : pump_slice_ns), t = start, last = start;
-        int moved = 0, preempted = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (;;) {
-            for (int i = 0; i < 8; i++)
-                if (__atomic_load_n(w->tail, __ATOMIC_ACQUIRE) != old) {
-                    moved = 1;
-                    break;
-                }
-            if (moved)
-                break;
-            t = now_ns();
-            if (t - last > preempt_gap_ns) {
-                preempted = 1;
-                break;
-            }
-            last = t;
-            if (__atomic_load_n(w->dead, __ATOMIC_ACQUIRE) || t >= end)
-                break;
-        }
-        if (moved)
-            t = now_ns();
-        Py_END_ALLOW_THREADS
-        if (moved) {
-            long long twice = 2 * (t - start), b = budget > twice ? budget : twice;
-            return set_budget(b < limit ? b : limit) < 0 ? -1 : 1;
-        }
-        if (preempted && set_budget(0) < 0)
-            return -1;
-        if (get_budget(&budget, &limit) < 0)
-            return -1;
-    }
-    for (;;) {
-        int closed = attr_true(hc.ch, n_closed);
-        if (closed != 0 || __atomic_load_n(w->dead, __ATOMIC_ACQUIRE))
-            return -1;
-        PyObject *ppid = PyObject_GetAttr(hc.ch, n_ppid);
-        if (ppid == NULL)
-            return -1;
-        long want = PyLong_AsLong(ppid);
-        Py_DECREF(ppid);
-        if (getppid() != want)
-            return -1;
-        long long rem = deadline - now_ns();
-        if (rem <= 0) {
-            if (now_ns() - start >= limit && learn(budget, limit, limit) < 0)
-                return -1;
-            return __atomic_load_n(w->tail, __ATOMIC_ACQUIRE) != old;
-        }
-        long long wait = rem < wait_slice_ns ? rem : wait_slice_ns;
-        xchg4(w->reader_sleeping, 1);
-        if (__atomic_load_n(w->dead, __ATOMIC_SEQ_CST)) {
-            xchg4(w->reader_sleeping, 0);
-            continue;
-        }
-        if (__atomic_load_n(w->tail, __ATOMIC_SEQ_CST) != old) {
-            xchg4(w->reader_sleeping, 0);
-            return learn(budget, now_ns() - start, limit) < 0 ? -1 : 1;
-        }
-        struct timespec ts = {(time_t)(wait / 1000000000LL), (long)(wait % 1000000000LL)};
-        Py_BEGIN_ALLOW_THREADS
-        syscall(SYS_futex, (void *)w->tail, FUTEX_WAIT, (uint32_t)old, &ts, NULL, 0);
-        Py_END_ALLOW_THREADS
-        xchg4(w->reader_sleeping, 0);
-        if (__atomic_load_n(w->tail, __ATOMIC_ACQUIRE) != old)
-            return learn(budget, now_ns() - start, limit) < 0 ? -1 : 1;
-    }
-}
-
-/* Handle an InferResult for call as Host._dispatch does, when it is the
- * plain one: [KIND_INFER_RESULT, call's id, wire] with an int flags word,
- * for a call without a waker. 1 done, 0 for _dispatch, -1 on an error. */
-static int take_result(PyObject *call, PyObject *msg)
-{
-    if (!PyList_CheckExact(msg) || PyList_GET_SIZE(msg) < 3)
-        return 0;
-    PyObject *kind = PyList_GET_ITEM(msg, 0), *id = PyList_GET_ITEM(msg, 1), *wire = PyList_GET_ITEM(msg, 2);
-    if (!PyLong_CheckExact(kind) || PyLong_AsLong(kind) != k_infer_result || !PyLong_CheckExact(id)
-        || !PyList_CheckExact(wire) || PyList_GET_SIZE(wire) < 2 || !PyLong_CheckExact(PyList_GET_ITEM(wire, 1)))
-        return 0;
-    PyErr_Clear();
-    int same = PyObject_RichCompareBool(id, SLOT(call, c_id), Py_EQ);
-    if (same <= 0)
-        return same;
-    long flags = PyLong_AsLong(PyList_GET_ITEM(wire, 1));
-    if (flags == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
-    }
-    if (call0(hc.cond_acquire) < 0)
-        return -1;
-    int rc = 0;
-    PyObject *open_ = PyDict_GetItemWithError(hc.calls, id);
-    if (open_ == call) {
-        PyObject *r = PyObject_CallMethodOneArg(SLOT(call, c_queue), n_append, wire);
-        rc = r == NULL ? -1 : 1;
-        Py_XDECREF(r);
-        if (rc == 1 && (flags & flag_final_bls) && PyDict_DelItem(hc.calls, id) < 0)
-            rc = -1;
-        if (rc == 1 && PyObject_Length(hc.cond_waiters) > 0) {
-            PyObject *n = PyObject_CallMethodNoArgs(hc.cond, n_notify_all);
-            rc = n == NULL ? -1 : 1;
-            Py_XDECREF(n);
-        }
-    } else if (open_ == NULL && PyErr_Occurred()) {
-        rc = -1;
-    }
-    if (call0(hc.cond_release) < 0)
-        return -1;
-    return rc;
-}
-
-/* Notify the threads asleep on the host's condition, if any (_wait, after
- * a read). */
-static int notify_waiters(void)
-{
-    if (PyObject_Length(hc.cond_waiters) <= 0)
-        return 0;
-    if (call0(hc.cond_acquire) < 0)
-        return -1;
-    PyObject *n = PyObject_CallMethodNoArgs(hc.cond, n_notify_all);
-    Py_XDECREF(n);
-    return call0(hc.cond_release) < 0 || n == NULL ? -1 : 0;
-}
-
-/* Host._wait(lambda: call.queue) for the main thread's sync call: read
- * the ring until the call's queue has a response. The usual turn (the
- * reader lock free, the answer the next frame) is C; anything else goes
- * to the Python _wait, which does the same the long way. */
-static int wait_answer(PyObject *call)
-{
-    PyObject *queue = SLOT(call, c_queue);
-    for (;;) {
-        if (PyObject_Length(queue) > 0)
-            return 0;
-        int busy = attr_true(hc.host, n_main_waiting);
-        if (busy < 0)
-            return -1;
-        PyObject *got = busy ? Py_NewRef(Py_False) : PyObject_CallOneArg(hc.reader_acquire, Py_False);
-        if (got == NULL)
-            return -1;
-        int have = got == Py_True;
-        Py_DECREF(got);
-        if (!have)
-            break;
-        PyObject *msg = NULL;
-        int python = 0;
-        if (PyObject_Length(queue) > 0) {
-            call0(hc.reader_release);
-            return 0;
-        }
-        PyObject *fast = PyObject_GetAttr(hc.ch, n_fast_in), *in = NULL, *cursor = NULL;
-        fp_ring_words w;
-        if (fast == NULL || fast == Py_None || fp_ring_get_words(fast, &w) < 0) {
-            python = 1;
-            goto released;
-        }
-        int closed = attr_true(hc.ch, n_closed);
-        if (closed != 0) {
-            python = 1;
-            goto released;
-        }
-        msg = fp_ring_pop(fast);
-        if (msg == Py_None) {
-            Py_CLEAR(msg);
-            in = PyObject_GetAttr(hc.ch, n_in);
-            cursor = in ? PyObject_GetAttr(in, n_cursor) : NULL;
-            uint64_t head = cursor ? PyLong_AsUnsignedLongLong(cursor) : 0;
-            if (cursor == NULL || PyErr_Occurred()) {
-                python = 1;
-                goto released;
-            }
-            uint64_t tail = __atomic_load_n(w.tail, __ATOMIC_ACQUIRE);
-            if (tail != head) {
-                python = 1; /* a wrap marker or a bad frame: recv_held sorts it out */
-                goto released;
-            }
-            int moved = wait_tail(&w, tail);
-            if (moved < 0)
-                python = 1;
-            else if (moved)
-                msg = fp_ring_pop(fast);
-            if (msg == Py_None) {
-                Py_CLEAR(msg);
-                python = 1;
-            }
-        }
-    released:
-        Py_XDECREF(fast);
-        Py_XDECREF(in);
-        Py_XDECREF(cursor);
-        if (PyErr_Occurred()) {
-            /* A budget or a cursor that is not an int: the Python path. */
-            PyErr_Clear();
-            python = 1;
-        }
-        if (call0(hc.reader_release) < 0) {
-            Py_XDECREF(msg);
-            return -1;
-        }
-        if (msg != NULL) {
-            int rc = take_result(call, msg);
-            if (rc == 0) {
-                PyObject *r = PyObject_CallMethodOneArg(hc.host, n_dispatch, msg);
-                rc = r == NULL ? -1 : 1;
-                Py_XDECREF(r);
-            }
-            Py_DECREF(msg);
-            if (rc < 0)
-                return -1;
-        }
-        if (notify_waiters() < 0)
-            return -1;
-        if (python)
-            break;
-    }
-    PyObject *len = PyObject_GetAttr(queue, n_len);
-    PyObject *r = len ? PyObject_CallMethodOneArg(hc.host, n_wait, len) : NULL;
-    Py_XDECREF(len);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
-}
-
-/* --- the answer as pb_utils objects --------------------------------------- */
-
-/* The array of one small fixed-size output that came in the message: a
- * writable copy of its bytes, as _bls_response makes it (frombuffer of a
- * bytearray, reshaped), or NULL without an exception for the Python path
- * (which raises what it raises for a malformed one). */
-static PyObject *inline_array(PyObject *code, PyObject *shape, PyObject *data, PyObject *size)
-{
-    if (!PyBytes_CheckExact(data) || !PyList_CheckExact(shape) || !PyLong_CheckExact(size))
-        return NULL;
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n == 0 || PyLong_AsSsize_t(size) != n) {
-        PyErr_Clear();
-        return NULL;
-    }
-    PyObject *dtype = PyDict_GetItemWithError(wire_dtypes, code), *itemsize = NULL;
-    if (dtype == NULL || (itemsize = PyDict_GetItemWithError(element_sizes, code)) == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_ssize_t count = PyLong_AsSsize_t(itemsize);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shape); i++) {
-        PyObject *d = PyList_GET_ITEM(shape, i);
-        Py_ssize_t v = PyLong_CheckExact(d) ? PyLong_AsSsize_t(d) : -1;
-        if (v <= 0 || count > n / v) {
-            PyErr_Clear();
-            return NULL;
-        }
-        count *= v;
-    }
-    if (count != n)
-        return NULL;
-    PyObject *buffer = PyByteArray_FromStringAndSize(PyBytes_AS_STRING(data), n);
-    if (buffer == NULL)
-        return NULL;
-    PyObject *argv[3] = {shape, dtype, buffer};
-    PyObject *array = PyObject_Vectorcall((PyObject *)ndarray_type, argv, 3, NULL);
-    Py_DECREF(buffer);
-    return array;
-}
-
-/* _bls_response for the usual answer: outputs that all came in the
- * message, fixed-size and not empty. NULL without an exception for the
- * Python method. */
-static PyObject *usual_response(PyObject *wire)
-{
-    if (!PyList_CheckExact(wire) || PyList_GET_SIZE(wire) < 4)
-        return NULL;
-    PyObject *error = PyList_GET_ITEM(wire, 2), *outs = PyList_GET_ITEM(wire, 3);
-    PyObject *params = PyList_GET_SIZE(wire) > 4 ? PyList_GET_ITEM(wire, 4) : empty_str;
-    if (!PyList_CheckExact(outs) || !PyUnicode_CheckExact(params))
-        return NULL;
-    PyObject *err = Py_None;
-    if (error != Py_None) {
-        if (!PyList_CheckExact(error) || PyList_GET_SIZE(error) < 2)
-            return NULL;
-        PyObject *argv[2] = {PyList_GET_ITEM(error, 1), PyList_GET_ITEM(error, 0)};
-        err = PyObject_Vectorcall(error_type, argv, 2, NULL);
-        if (err == NULL) {
-            PyErr_Clear();
-            return NULL;
-        }
-    } else {
-        Py_INCREF(err);
-    }
-    Py_ssize_t n = PyList_GET_SIZE(outs);
-    PyObject *outputs = PyList_New(n);
-    if (outputs == NULL) {
-        Py_DECREF(err);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *t = PyList_GET_ITEM(outs, i);
-        if (!PyList_CheckExact(t) || PyList_GET_SIZE(t) < 7)
-            goto python;
-        PyObject **f = ((PyListObject *)t)->ob_item;
-        if (!PyLong_CheckExact(f[3]) || PyLong_AsLong(f[3]) != loc_inline || !PyLong_CheckExact(f[1])
-            || PyLong_AsLong(f[1]) == bytes_code) {
-            PyErr_Clear();
-            goto python;
-        }
-        PyObject *array = inline_array(f[1], f[2], f[6], f[5]);
-        if (array == NULL)
-            goto python;
-        PyObject *x = tensor_type->tp_alloc(tensor_type, 0);
-        if (x == NULL) {
-            Py_DECREF(array);
-            goto python;
-        }
-        SLOT(x, t_name) = Py_NewRef(f[0]);
-        SLOT(x, t_dtype) = Py_NewRef(f[1]);
-        SLOT(x, t_np) = array;
-        SLOT(x, t_shape) = Py_NewRef(Py_None);
-        SLOT(x, t_src) = Py_NewRef(Py_None);
-        PyList_SET_ITEM(outputs, i, x);
-    }
-    PyObject *r = response_type->tp_alloc(response_type, 0);
-    if (r == NULL)
-        goto python;
-    SLOT(r, s_outputs) = outputs;
-    SLOT(r, s_error) = err;
-    /* `wire[4] if len(wire) > 4 and wire[4] else ""` */
-    SLOT(r, s_params) = Py_NewRef(PyUnicode_GET_LENGTH(params) ? params : empty_str);
-    SLOT(r, s_release) = Py_NewRef(Py_None);
-    return r;
-python:
-    PyErr_Clear();
-    Py_DECREF(outputs);
-    Py_DECREF(err);
-    return NULL;
-}
-
-/* bls_response(host, wire): BLSMixin._bls_response. */
-static PyObject *fp_bls_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs == 2 && ready && py_response != NULL) {
-        PyObject *r = usual_response(args[1]);
-        if (r != NULL || PyErr_Occurred())
-            return r;
-    }
-    if (py_response == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
-        return NULL;
-    }
-    return PyObject_Vectorcall(py_response, args, nargs, NULL);
-}
-
-static PyObject *response(PyObject *wire)
-{
-    PyObject *r = usual_response(wire);
-    if (r != NULL || PyErr_Occurred())
-        return r;
-    PyObject *argv[2] = {hc.host, wire};
-    return PyObject_Vectorcall(py_response, argv, 2, NULL);
 }
 
 /* --- exec and async_exec ---------------------------------------------------- */
@@ -983,7 +195,7 @@ static PyObject *fp_request_exec(PyObject *self, PyObject *const *args, Py_ssize
             Py_XSETREF(result, resp);
         else
             Py_DECREF(resp);
-        PyObject *flags = PyObject_GetItem(wire, one);
+        PyObject *flags = PyObject_GetItem(wire, bls_one);
         Py_DECREF(wire);
         PyObject *fin = flags ? PyNumber_And(flags, PyLong_FromLong(flag_final_bls)) : NULL;
         Py_XDECREF(flags);
@@ -1096,9 +308,9 @@ static PyObject *fp_request_init(PyObject *self, PyObject *const *args, Py_ssize
             goto python;
         a[j] = args[nargs + k];
     }
-    PyObject *id = a[A_ID] ? a[A_ID] : empty_str, *corr = a[A_CORR] ? a[A_CORR] : zero;
-    PyObject *version = a[A_VERSION] ? a[A_VERSION] : minus_one, *flags = a[A_FLAGS] ? a[A_FLAGS] : zero;
-    PyObject *timeout = a[A_TIMEOUT] ? a[A_TIMEOUT] : zero;
+    PyObject *id = a[A_ID] ? a[A_ID] : bls_empty, *corr = a[A_CORR] ? a[A_CORR] : bls_zero;
+    PyObject *version = a[A_VERSION] ? a[A_VERSION] : bls_minus_one, *flags = a[A_FLAGS] ? a[A_FLAGS] : bls_zero;
+    PyObject *timeout = a[A_TIMEOUT] ? a[A_TIMEOUT] : bls_zero;
     PyObject *memory = a[A_MEMORY] ? a[A_MEMORY] : default_memory, *trace = a[A_TRACE] ? a[A_TRACE] : default_trace;
     PyObject *inputs = a[A_INPUTS], *names = a[A_REQUESTED], *model = a[A_MODEL];
     if ((a[A_PARAMS] != NULL && a[A_PARAMS] != Py_None) || inputs == NULL || !PyList_CheckExact(inputs)
@@ -1129,13 +341,13 @@ static PyObject *fp_request_init(PyObject *self, PyObject *const *args, Py_ssize
         }
     }
     PyObject *r = args[0];
-    Py_XSETREF(SLOT(r, r_handle), Py_NewRef(zero));
+    Py_XSETREF(SLOT(r, r_handle), Py_NewRef(bls_zero));
     Py_XSETREF(SLOT(r, r_id), Py_NewRef(id));
     Py_XSETREF(SLOT(r, r_correlation_id), Py_NewRef(corr));
     Py_XSETREF(SLOT(r, r_flags), Py_NewRef(flags));
     Py_XSETREF(SLOT(r, r_inputs), copy);
     Py_XSETREF(SLOT(r, r_requested), requested);
-    Py_XSETREF(SLOT(r, r_params), Py_NewRef(empty_str));
+    Py_XSETREF(SLOT(r, r_params), Py_NewRef(bls_empty));
     Py_XSETREF(SLOT(r, r_timeout), Py_NewRef(timeout));
     Py_XSETREF(SLOT(r, r_model_name), Py_NewRef(model));
     Py_XSETREF(SLOT(r, r_model_version), Py_NewRef(version));
@@ -1250,7 +462,9 @@ static PyObject *fp_setup_bls(PyObject *self, PyObject *d)
         || get_item(d, "_ELEMENT_SIZE", &element_sizes) < 0 || get_item(d, "get_running_loop", &get_running_loop) < 0
         || get_item(d, "init", &py_init) < 0 || get_item(d, "exec", &py_exec) < 0
         || get_item(d, "async_exec", &py_async_exec) < 0 || get_item(d, "bls_response", &py_response) < 0
-        || get_item(d, "get_output_tensor_by_name", &py_get_output) < 0)
+        || get_item(d, "get_output_tensor_by_name", &py_get_output) < 0 || get_item(d, "PeerDead", &peer_dead) < 0
+        || get_item(d, "_exit_now", &exit_now) < 0
+        || get_item(d, "loop_read", &py_loop_read) < 0)
         return NULL;
     if (!PyDict_Check(pb_dict) || !PyList_CheckExact(forked) || !PyDict_Check(wire_dtypes)
         || !PyDict_Check(element_sizes)) {
@@ -1300,6 +514,10 @@ static PyMethodDef bls_methods[] = {
      "pb_utils.InferenceRequest.async_exec."},
     {"bls_response", (PyCFunction)(void (*)(void))fp_bls_response, METH_FASTCALL,
      "bls_response(host, wire): BLSMixin._bls_response."},
+    {"loop_read", (PyCFunction)(void (*)(void))fp_loop_read, METH_FASTCALL,
+     "loop_read(host, loop, timeout): BLSMixin._loop_read."},
+    {"resolve_ready", (PyCFunction)(void (*)(void))fp_resolve_ready, METH_FASTCALL,
+     "resolve_ready(host, loop): BLSMixin._resolve_ready."},
     {"get_output_tensor_by_name", (PyCFunction)(void (*)(void))fp_get_output, METH_FASTCALL,
      "get_output_tensor_by_name(response, name): pb_utils.get_output_tensor_by_name."},
     {NULL, NULL, 0, NULL},
@@ -1344,15 +562,24 @@ int fp_bls_ready(PyObject *m)
     INTERN(n_len, "__len__")
     INTERN(n_append, "append")
     INTERN(n_popleft, "popleft")
-    INTERN(empty_str, "")
+    INTERN(n_async_ready, "_async_ready")
+    INTERN(n_loop_reading, "_loop_reading")
+    INTERN(n_cond_waiters, "_cond_waiters")
+    INTERN(n_async_done, "_async_done")
+    INTERN(n_return_blocks, "_return_blocks")
+    INTERN(n_cancelled, "cancelled")
+    INTERN(n_set_result, "set_result")
+    INTERN(n_recv_held, "recv_held")
+    INTERN(n_clear, "clear")
+    INTERN(bls_empty, "")
 #undef INTERN
     for (int j = 0; j < A_N; j++)
         if ((n_params_kw[j] = PyUnicode_InternFromString(arg_names[j])) == NULL)
             return -1;
-    zero = PyLong_FromLong(0);
-    one = PyLong_FromLong(1);
-    minus_one = PyLong_FromLong(-1);
-    if (zero == NULL || one == NULL || minus_one == NULL)
+    bls_zero = PyLong_FromLong(0);
+    bls_one = PyLong_FromLong(1);
+    bls_minus_one = PyLong_FromLong(-1);
+    if (bls_zero == NULL || bls_one == NULL || bls_minus_one == NULL)
         return -1;
     return PyModule_AddFunctions(m, bls_methods);
 }

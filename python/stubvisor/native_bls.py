@@ -18,6 +18,8 @@ PY_EXEC = pb.InferenceRequest.exec
 PY_ASYNC_EXEC = pb.InferenceRequest.async_exec
 PY_BLS_RESPONSE = bls.BLSMixin._bls_response
 PY_GET_OUTPUT = pb.get_output_tensor_by_name
+PY_LOOP_READ = bls.BLSMixin._loop_read
+PY_RESOLVE_READY = bls.BLSMixin._resolve_ready
 
 
 def install(fastpath):
@@ -31,7 +33,8 @@ def install(fastpath):
         "_WIRE_DTYPE": pb._WIRE_DTYPE, "_ELEMENT_SIZE": pb._ELEMENT_SIZE,
         "get_running_loop": asyncio.get_running_loop,
         "init": PY_REQUEST_INIT, "exec": PY_EXEC, "async_exec": PY_ASYNC_EXEC, "bls_response": PY_BLS_RESPONSE,
-        "get_output_tensor_by_name": PY_GET_OUTPUT,
+        "get_output_tensor_by_name": PY_GET_OUTPUT, "loop_read": PY_LOOP_READ,
+        "PeerDead": common._PeerDead, "_exit_now": common._exit_now,
         "KIND_INFER_EXEC": ipc.KIND_INFER_EXEC, "KIND_INFER_RESULT": ipc.KIND_INFER_RESULT, "FINAL": common._FINAL,
         "PUMP_SLICE": common._PUMP_SLICE, "WAIT_SLICE": ipc.WAIT_SLICE, "PREEMPT_GAP_NS": ipc._PREEMPT_GAP_NS,
         "MIN_BUDGET_NS": ipc._MIN_BUDGET_NS,
@@ -42,6 +45,8 @@ def install(fastpath):
     pb.InferenceRequest.async_exec = method(fastpath.request_async_exec)
     pb.get_output_tensor_by_name = fastpath.get_output_tensor_by_name
     bls.BLSMixin._bls_response = method(fastpath.bls_response)
+    bls.BLSMixin._loop_read = method(fastpath.loop_read)
+    bls.BLSMixin._resolve_ready = method(fastpath.resolve_ready)
     return True
 
 
@@ -52,3 +57,5 @@ def uninstall():
     pb.InferenceRequest.async_exec = PY_ASYNC_EXEC
     pb.get_output_tensor_by_name = PY_GET_OUTPUT
     bls.BLSMixin._bls_response = PY_BLS_RESPONSE
+    bls.BLSMixin._loop_read = PY_LOOP_READ
+    bls.BLSMixin._resolve_ready = PY_RESOLVE_READY
