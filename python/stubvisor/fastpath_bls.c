@@ -26,9 +26,10 @@ PyObject *py_init, *py_exec, *py_async_exec, *py_response, *py_get_output, *py_l
 long k_infer_exec, k_infer_result, flag_final_bls;
 long long pump_slice_ns, wait_slice_ns, preempt_gap_ns, min_budget_ns;
 PyObject *bls_empty, *bls_zero, *bls_one, *bls_minus_one;
+static PyObject *future_type, *kw_loop;
 PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch, *n_cond,
     *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in, *n_cursor,
-    *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_create_future, *n_wake_due,
+    *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_wake_due,
     *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11], *n_async_ready,
     *n_loop_reading, *n_cond_waiters, *n_async_done, *n_return_blocks, *n_cancelled, *n_set_result, *n_recv_held,
     *n_clear;
@@ -249,7 +250,8 @@ static PyObject *fp_request_async_exec(PyObject *self, PyObject *const *args, Py
         goto fail;
     if (rc == 0)
         goto python;
-    PyObject *future = PyObject_CallMethodNoArgs(loop, n_create_future);
+    /* loop.create_future(), as BaseEventLoop's: Future(loop=loop). */
+    PyObject *future = PyObject_Vectorcall(future_type, &loop, 0, kw_loop);
     PyObject *waker = future ? PyTuple_Pack(2, loop, future) : NULL;
     PyObject *call = waker ? send_call(&head, &tail, waker, loop) : NULL;
     Py_XDECREF(waker);
@@ -464,7 +466,7 @@ static PyObject *fp_setup_bls(PyObject *self, PyObject *d)
         || get_item(d, "async_exec", &py_async_exec) < 0 || get_item(d, "bls_response", &py_response) < 0
         || get_item(d, "get_output_tensor_by_name", &py_get_output) < 0 || get_item(d, "PeerDead", &peer_dead) < 0
         || get_item(d, "_exit_now", &exit_now) < 0
-        || get_item(d, "loop_read", &py_loop_read) < 0)
+        || get_item(d, "loop_read", &py_loop_read) < 0 || get_item(d, "Future", &future_type) < 0)
         return NULL;
     if (!PyDict_Check(pb_dict) || !PyList_CheckExact(forked) || !PyDict_Check(wire_dtypes)
         || !PyDict_Check(element_sizes)) {
@@ -554,7 +556,6 @@ int fp_bls_ready(PyObject *m)
     INTERN(n_acquire, "acquire")
     INTERN(n_release, "release")
     INTERN(n_notify_all, "notify_all")
-    INTERN(n_create_future, "create_future")
     INTERN(n_wake_due, "_wake_due")
     INTERN(n_send_frame, "_send_frame")
     INTERN(n_dispatch, "_dispatch")
@@ -576,6 +577,9 @@ int fp_bls_ready(PyObject *m)
     for (int j = 0; j < A_N; j++)
         if ((n_params_kw[j] = PyUnicode_InternFromString(arg_names[j])) == NULL)
             return -1;
+    kw_loop = Py_BuildValue("(s)", "loop");
+    if (kw_loop == NULL)
+        return -1;
     bls_zero = PyLong_FromLong(0);
     bls_one = PyLong_FromLong(1);
     bls_minus_one = PyLong_FromLong(-1);

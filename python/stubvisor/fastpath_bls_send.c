@@ -181,7 +181,7 @@ static int wb_input(wbuf *b, PyObject *t, Py_ssize_t *room)
     if (overflow || c < 0 || c == bytes_code)
         return 0;
     Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
         return 0;
     }

@@ -31,7 +31,7 @@ def install(fastpath):
         "_Call": bls._Call, "BLSLoop": bls.BLSLoop, "BLSMixin": bls.BLSMixin, "deque": collections.deque,
         "pb_dict": vars(pb), "_FORKED": common._FORKED, "TritonError": pb.TritonError,
         "_WIRE_DTYPE": pb._WIRE_DTYPE, "_ELEMENT_SIZE": pb._ELEMENT_SIZE,
-        "get_running_loop": asyncio.get_running_loop,
+        "get_running_loop": asyncio.get_running_loop, "Future": asyncio.Future,
         "init": PY_REQUEST_INIT, "exec": PY_EXEC, "async_exec": PY_ASYNC_EXEC, "bls_response": PY_BLS_RESPONSE,
         "get_output_tensor_by_name": PY_GET_OUTPUT, "loop_read": PY_LOOP_READ,
         "PeerDead": common._PeerDead, "_exit_now": common._exit_now,
