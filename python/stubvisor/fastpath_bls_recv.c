@@ -298,7 +298,12 @@ int wait_answer(PyObject *call)
                 python = 1; /* a wrap marker or a bad frame: recv_held sorts it out */
                 goto released;
             }
+            PyObject *host = hc.host;
             int moved = wait_tail(&w, tail);
+            /* The GIL was released: another thread may have looked up
+             * another host meanwhile (tests make several). */
+            if (moved >= 0 && host_cache(host) < 0)
+                moved = -1;
             if (moved < 0)
                 python = 1;
             else if (moved)
@@ -637,8 +642,9 @@ static PyObject *read_messages(long long wait)
         || ring_head(&head) < 0)
         goto python;
     uint64_t tail = __atomic_load_n(w.tail, __ATOMIC_ACQUIRE);
-    if (tail == head && wait > 0 && sleep_for_message(&w, tail, wait) < 0)
-        goto python;
+    PyObject *host = hc.host;
+    if (tail == head && wait > 0 && (sleep_for_message(&w, tail, wait) < 0 || host_cache(host) < 0))
+        goto python; /* host_cache: as in wait_answer */
     msgs = PyList_New(0);
     while (msgs != NULL && PyList_GET_SIZE(msgs) < 64) {
         if (ring_head(&head) < 0 || __atomic_load_n(w.tail, __ATOMIC_ACQUIRE) == head)
