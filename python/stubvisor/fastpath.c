@@ -19,7 +19,7 @@
  * The module is four files: this one (setup, the requests), fastpath_done.c
  * (the ExecuteDone frame, BYTES splitting), fastpath_pb.c (pb_utils' calls
  * and constructors) and fastpath_ring.c (the rings), sharing fastpath.h.
- * The calling stub's BLS path is three more (fastpath_bls.c says what).
+ * The calling stub's BLS path is four more (fastpath_bls.c says what).
  *
  * CPython C API only, built by the Makefile against the interpreter the
  * stub runs on (its EXT_SUFFIX names the ABI, so another interpreter never

@@ -56,7 +56,8 @@ typedef struct {
 } fp_ring_words;
 int fp_ring_get_words(PyObject *ring, fp_ring_words *w);
 int fp_ring_push_buf(PyObject *ring, const void *p, Py_ssize_t n, int wake);
-PyObject *fp_ring_pop(PyObject *ring);
+typedef PyObject *(*fp_decode)(const unsigned char *p, Py_ssize_t n);
+PyObject *fp_ring_pop(PyObject *ring, fp_decode decode);
 
 /* fastpath.c, fastpath_bls.c */
 Py_ssize_t fp_slot_offset(PyTypeObject *tp, const char *name);

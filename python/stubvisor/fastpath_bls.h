@@ -1,4 +1,4 @@
-/* Shared by the three files of the calling stub's BLS path in C
+/* Shared by the four files of the calling stub's BLS path in C
  * (fastpath_bls.c says what it is): what setup_bls hands over, the host's
  * objects looked up once, and the functions one file gives the others. */
 #ifndef STUBVISOR_FASTPATH_BLS_H
@@ -37,8 +37,9 @@ int host_cache(PyObject *host);
 int call0(PyObject *f);
 int attr_true(PyObject *o, PyObject *name);
 
-/* fastpath_bls_send.c: msgpack as msgpack.Packer(use_bin_type=True)
- * writes it, into a buffer that starts on the stack. */
+/* fastpath_bls_wire.c: msgpack as msgpack.Packer(use_bin_type=True)
+ * writes it, into a buffer that starts on the stack, and as unpackb reads
+ * the usual frame. */
 typedef struct {
     char *p;
     Py_ssize_t len, cap;
@@ -48,11 +49,20 @@ void wb_init(wbuf *b);
 void wb_free(wbuf *b);
 int encode_request(PyObject *req, wbuf *head, wbuf *tail);
 PyObject *send_call(wbuf *head, wbuf *tail, PyObject *waker, PyObject *loop);
+PyObject *decode_msg(const unsigned char *p, Py_ssize_t n);
+
+static inline uint32_t xchg4(uint32_t *p, uint32_t v)
+{
+    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+}
 
 /* fastpath_bls_recv.c */
+int dispatch(PyObject *msg, PyObject *loop);
 int wait_answer(PyObject *call);
 PyObject *response(PyObject *wire);
 PyObject *fp_bls_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* fastpath_bls_loop.c */
 PyObject *fp_loop_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *fp_resolve_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 

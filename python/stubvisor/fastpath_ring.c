@@ -137,7 +137,7 @@ static int set_cursor(RingObject *r, uint64_t v)
  * a frame the unpacker refuses): recv_held's Python code then waits,
  * skips or raises its ProtocolError. With fenced, wake the writer if it
  * sleeps for room; otherwise the caller does (Channel.wake_writer). */
-static PyObject *ring_pop(RingObject *r, PyObject *fenced)
+static PyObject *pop_frame(RingObject *r, int fenced, fp_decode decode)
 {
     uint64_t head;
     if (get_cursor(r, &head) < 0)
@@ -151,11 +151,16 @@ static PyObject *ring_pop(RingObject *r, PyObject *fenced)
     uint64_t need = (n + 11) & ~(uint64_t)7;
     if (need > avail || pos + need > r->size || n > r->max_frame)
         Py_RETURN_NONE;
-    PyObject *mv = PyMemoryView_FromMemory((char *)h + 4, (Py_ssize_t)n, PyBUF_READ);
-    if (mv == NULL)
+    PyObject *msg = decode == NULL ? NULL : decode(h + 4, (Py_ssize_t)n);
+    if (msg == NULL && PyErr_Occurred())
         return NULL;
-    PyObject *msg = PyObject_CallOneArg(r->unpack, mv);
-    Py_DECREF(mv);
+    if (msg == NULL) {
+        PyObject *mv = PyMemoryView_FromMemory((char *)h + 4, (Py_ssize_t)n, PyBUF_READ);
+        if (mv == NULL)
+            return NULL;
+        msg = PyObject_CallOneArg(r->unpack, mv);
+        Py_DECREF(mv);
+    }
     if (msg == NULL) {
         /* recv_held decodes it again and says what is wrong. */
         PyErr_Clear();
@@ -167,9 +172,15 @@ static PyObject *ring_pop(RingObject *r, PyObject *fenced)
         return NULL;
     }
     __atomic_store_n(r->head, head, __ATOMIC_SEQ_CST);
-    if (PyObject_IsTrue(fenced) && __atomic_load_n(r->writer_sleeping, __ATOMIC_SEQ_CST))
+    if (fenced && __atomic_load_n(r->writer_sleeping, __ATOMIC_SEQ_CST))
         futex_wake(r->head);
     return msg;
+}
+
+static PyObject *ring_pop(RingObject *r, PyObject *fenced)
+{
+    int f = PyObject_IsTrue(fenced);
+    return f < 0 ? NULL : pop_frame(r, f, NULL);
 }
 
 /* Queue one frame (the caller holds the send lock and has checked the
@@ -267,7 +278,8 @@ static PyObject *ring_push_held(RingObject *r, PyObject *data)
 }
 
 /* For fastpath_bls.c: the words of a Ring, push without a Py_buffer
- * (the same as push, the wake-up optional) and pop(True). */
+ * (the same as push, the wake-up optional) and pop(True) trying decode
+ * (NULL without an exception: not its kind of frame) before the unpacker. */
 int fp_ring_get_words(PyObject *o, fp_ring_words *w)
 {
     if (!Py_IS_TYPE(o, &RingType) || ((RingObject *)o)->tail == NULL)
@@ -297,9 +309,9 @@ int fp_ring_push_buf(PyObject *o, const void *p, Py_ssize_t n, int wake)
     return rc;
 }
 
-PyObject *fp_ring_pop(PyObject *o)
+PyObject *fp_ring_pop(PyObject *o, fp_decode decode)
 {
-    return ring_pop((RingObject *)o, Py_True);
+    return pop_frame((RingObject *)o, 1, decode);
 }
 
 static PyMethodDef ring_methods[] = {

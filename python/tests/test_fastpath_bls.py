@@ -183,6 +183,16 @@ def _answers(callee):
         "error not a list": lambda cid, wire: [[cid, FINAL, "boom", [], ""]],
         "flags not an int": lambda cid, wire: [[cid, "final", None, [], ""]],
         "wire not a list": lambda cid, wire: [5],
+        # The frame decoder's kinds: str8/str16, bin16, negative and
+        # 64-bit ints, and a float and a map (left to the unpacker).
+        "long texts": lambda cid, wire: [[cid, FINAL, None, [["N" * 40, 11, [4, 4], ipc.LOC_INLINE, 0, 64, f32]],
+                                          '{"k": "%s"}' % ("v" * 300)]],
+        "largest inline output": outputs(["O", 11, [256], ipc.LOC_INLINE, 0, 1024, big[:1024]]),
+        "negative and huge ints": lambda cid, wire: [[cid, -1, None, [["O", 9, [1], ipc.LOC_INLINE, 0, 8,
+                                                                      (-5).to_bytes(8, "little", signed=True)]],
+                                                      ""], [(1 << 64) - 1, -40000, None, [], ""]],
+        "float in the answer": lambda cid, wire: [[cid, FINAL, [1.5, "x"], [], ""]],
+        "map in the answer": lambda cid, wire: [[cid, FINAL, None, [], {"k": 1}]],
     }
     return table
 
@@ -190,7 +200,7 @@ def _answers(callee):
 # Answers that make _bls_response raise: a sync call raises it to the
 # model, while on the stub's event loop it ends the loop's thread in both
 # paths (the supervisor never sends them), so only sync calls take them.
-MALFORMED = ("bad shape", "bad size", "unknown dtype", "negative dim", "short output", "output not a list",
+MALFORMED = ("float in the answer", "bad shape", "bad size", "unknown dtype", "negative dim", "short output", "output not a list",
              "error not a list", "flags not an int", "wire not a list")
 
 

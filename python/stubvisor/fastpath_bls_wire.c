@@ -1,5 +1,6 @@
-/* stubvisor.fastpath: a BLS call's InferExec, encoded and sent (fastpath_bls.c says
- * what the BLS path in C is). */
+/* stubvisor.fastpath: the BLS path's wire: a call's InferExec encoded and
+ * sent, the frames of the answers decoded (fastpath_bls.c says what the
+ * BLS path in C is). */
 #include "fastpath_bls.h"
 
 /* --- msgpack, as msgpack.Packer(use_bin_type=True) writes it --------------- */
@@ -352,3 +353,131 @@ fail:
     return NULL;
 }
 
+/* --- the frames, decoded ------------------------------------------------- */
+
+/* msgpack.unpackb(frame) (raw=False) for the values the usual message
+ * holds: arrays, ints, nil, booleans, str and bin. NULL without an
+ * exception for anything else (a map, a float, an ext, a str that is not
+ * UTF-8, bytes left over), which the ring's unpacker then decodes, or
+ * refuses as it would have. */
+typedef struct {
+    const unsigned char *p, *end;
+    int depth;
+} reader;
+
+static uint64_t be_uint(const unsigned char *p, int k)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < k; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static PyObject *rd_value(reader *r);
+
+/* The length that follows a header byte: k big-endian bytes; -1 past the end. */
+static Py_ssize_t rd_len(reader *r, int k)
+{
+    if (r->end - r->p < k)
+        return -1;
+    uint64_t v = be_uint(r->p, k);
+    r->p += k;
+    return v > (uint64_t)(r->end - r->p) && k > 0 ? -2 : (Py_ssize_t)v;
+}
+
+static PyObject *rd_array(reader *r, Py_ssize_t n)
+{
+    /* Every element takes a byte at least. */
+    if (n < 0 || n > r->end - r->p || ++r->depth > 32)
+        return NULL;
+    PyObject *list = PyList_New(n);
+    for (Py_ssize_t i = 0; list != NULL && i < n; i++) {
+        PyObject *v = rd_value(r);
+        if (v == NULL)
+            Py_CLEAR(list);
+        else
+            PyList_SET_ITEM(list, i, v);
+    }
+    r->depth--;
+    return list;
+}
+
+static PyObject *rd_bytes(reader *r, Py_ssize_t n, int text)
+{
+    if (n < 0 || n > r->end - r->p)
+        return NULL;
+    const char *s = (const char *)r->p;
+    r->p += n;
+    return text ? PyUnicode_DecodeUTF8(s, n, NULL) : PyBytes_FromStringAndSize(s, n);
+}
+
+static PyObject *rd_value(reader *r)
+{
+    if (r->p >= r->end)
+        return NULL;
+    unsigned char c = *r->p++;
+    if (c <= 0x7F)
+        return PyLong_FromLong(c);
+    if (c >= 0xE0)
+        return PyLong_FromLong((signed char)c);
+    if ((c & 0xF0) == 0x90)
+        return rd_array(r, c & 0x0F);
+    if ((c & 0xE0) == 0xA0)
+        return rd_bytes(r, c & 0x1F, 1);
+    switch (c) {
+    case 0xC0:
+        Py_RETURN_NONE;
+    case 0xC2:
+        Py_RETURN_FALSE;
+    case 0xC3:
+        Py_RETURN_TRUE;
+    case 0xC4:
+    case 0xC5:
+    case 0xC6:
+        return rd_bytes(r, rd_len(r, 1 << (c - 0xC4)), 0);
+    case 0xD9:
+    case 0xDA:
+    case 0xDB:
+        return rd_bytes(r, rd_len(r, 1 << (c - 0xD9)), 1);
+    case 0xDC:
+        return rd_array(r, rd_len(r, 2));
+    case 0xDD:
+        return rd_array(r, rd_len(r, 4));
+    case 0xCC:
+    case 0xCD:
+    case 0xCE:
+    case 0xCF: {
+        int k = 1 << (c - 0xCC);
+        if (r->end - r->p < k)
+            return NULL;
+        uint64_t v = be_uint(r->p, k);
+        r->p += k;
+        return PyLong_FromUnsignedLongLong(v);
+    }
+    case 0xD0:
+    case 0xD1:
+    case 0xD2:
+    case 0xD3: {
+        int k = 1 << (c - 0xD0);
+        if (r->end - r->p < k)
+            return NULL;
+        uint64_t v = be_uint(r->p, k);
+        r->p += k;
+        int shift = 64 - 8 * k;
+        return PyLong_FromLongLong(shift ? (long long)(v << shift) >> shift : (long long)v);
+    }
+    default:
+        return NULL; /* a map, a float, an ext: the unpacker's */
+    }
+}
+
+PyObject *decode_msg(const unsigned char *p, Py_ssize_t n)
+{
+    reader r = {p, p + n, 0};
+    PyObject *v = rd_value(&r);
+    if (v != NULL && r.p == r.end && PyList_CheckExact(v))
+        return v;
+    Py_XDECREF(v);
+    PyErr_Clear(); /* the unpacker decodes it again, and raises what it raises */
+    return NULL;
+}
