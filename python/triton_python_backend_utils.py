@@ -132,8 +132,19 @@ def triton_string_to_numpy(triton_type_string):
 _LEN = struct.Struct("<I")
 
 
+# stubvisor.fastpath.serialize_bytes and bytes_array when the stub's
+# compiled fast path loaded (stubvisor/native.py): _serialize and
+# deserialize_bytes_tensor in C for the usual arrays (None: not theirs).
+_serialize_fast = None
+_bytes_array = None
+
+
 def _serialize(array):
     """Serialise an object or bytes array to the wire form (b"" when empty)."""
+    if _serialize_fast is not None:
+        data = _serialize_fast(array)
+        if data is not None:
+            return data
     if array.size == 0:
         return b""
     items = array.ravel(order="C").tolist()
@@ -172,6 +183,8 @@ _split_bytes = None
 
 def deserialize_bytes_tensor(encoded_tensor):
     """Deserialise length-prefixed bytes into a 1-D object array of bytes."""
+    if _bytes_array is not None:
+        return _bytes_array(encoded_tensor)
     if _split_bytes is not None:
         return _object_array(_split_bytes(encoded_tensor))
     # One copy into bytes: slicing bytes makes each element directly.

@@ -16,10 +16,11 @@
  * what msgpack.Packer(use_bin_type=True) makes of the same lists
  * (fastwire.py; python/tests/test_fastpath.py compares both paths).
  *
- * The module is four files: this one (setup, the requests), fastpath_done.c
+ * The module is these files: this one (setup, the requests), fastpath_done.c
  * (the ExecuteDone frame, BYTES splitting), fastpath_pb.c (pb_utils' calls
- * and constructors) and fastpath_ring.c (the rings), sharing fastpath.h.
- * The calling stub's BLS path is four more (fastpath_bls.c says what).
+ * and constructors), fastpath_ring.c (the rings) and fastpath_bytes.c
+ * (BYTES tensors' elements), sharing fastpath.h. The calling stub's BLS
+ * path is four more (fastpath_bls.c says what).
  *
  * CPython C API only, built by the Makefile against the interpreter the
  * stub runs on (its EXT_SUFFIX names the ABI, so another interpreter never
@@ -311,6 +312,9 @@ static PyMethodDef methods[] = {
      "pb_utils.InferenceResponse.__init__ for the usual response."},
     {"setup_init", (PyCFunction)(void (*)(void))fp_setup_init, METH_FASTCALL, "setup_init(tensor_init, response_init, code_of)."},
     {"split_bytes", (PyCFunction)fp_split_bytes, METH_O, "split_bytes(buffer) -> the elements of a BYTES tensor."},
+    {"setup_bytes", (PyCFunction)(void (*)(void))fp_setup_bytes, METH_FASTCALL, "setup_bytes(object_dtype, bytes_type)."},
+    {"serialize_bytes", (PyCFunction)fp_serialize_bytes, METH_O, "serialize_bytes(array) -> a BYTES tensor's wire bytes, or None."},
+    {"bytes_array", (PyCFunction)fp_bytes_array, METH_O, "bytes_array(buffer) -> the object array of a BYTES tensor."},
     {NULL, NULL, 0, NULL},
 };
 

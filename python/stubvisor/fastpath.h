@@ -12,7 +12,7 @@
 
 /* Bumped whenever a function here changes its contract: native.py loads
  * only the ABI it was written for, so a stale build is never used. */
-#define FASTPATH_ABI 4
+#define FASTPATH_ABI 5
 
 /* Wire constants (stubvisor/ipc.py), given to setup. */
 extern long loc_client, loc_cuda, loc_inline, bytes_code, inline_max, kind_execute_done, flag_final;
@@ -46,6 +46,14 @@ PyObject *fp_tensor_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 PyObject *fp_response_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 PyObject *fp_setup_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 int fp_pb_ready(void);
+
+/* fastpath_bytes.c */
+PyObject *fp_setup_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fp_serialize_bytes(PyObject *self, PyObject *array);
+PyObject *fp_bytes_array(PyObject *self, PyObject *arg);
+PyObject *fp_bytes_input(PyObject *data, PyObject *shape);
+Py_ssize_t fp_bytes_size(const Py_buffer *view, Py_ssize_t max);
+void fp_bytes_write(const Py_buffer *view, char *dst);
 
 /* fastpath_ring.c */
 extern PyTypeObject RingType;

@@ -133,7 +133,7 @@ static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
     if (array == NULL || name == NULL || dtype == NULL || !Py_IS_TYPE(array, ndarray_type) || !PyUnicode_CheckExact(name))
         return 0;
     unsigned long long code;
-    if (as_u64(dtype, &code) < 0 || code == (unsigned long long)bytes_code)
+    if (as_u64(dtype, &code) < 0)
         return 0;
     Py_ssize_t name_len;
     const char *name_utf8 = PyUnicode_AsUTF8AndSize(name, &name_len);
@@ -142,12 +142,14 @@ static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
         return 0;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return 0;
     }
-    int rc = 0;
-    if (view.ndim == 0 || view.len == 0 || view.len > inline_max)
+    int rc = 0, text = code == (unsigned long long)bytes_code;
+    /* A BYTES output's bytes are its elements serialized (fastpath_bytes.c). */
+    Py_ssize_t size = text ? fp_bytes_size(&view, inline_max) : view.len;
+    if (size <= 0 || size > inline_max || (view.ndim == 0 && !text))
         goto done;
     rc = -1;
     if (put_byte(b, 0x97) < 0 || put_str(b, name_utf8, name_len) < 0 || put_uint(b, code) < 0
@@ -157,10 +159,14 @@ static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
         if (put_uint(b, (unsigned long long)view.shape[k]) < 0)
             goto done;
     if (put_uint(b, (unsigned long long)loc_inline) < 0 || put_byte(b, 0) < 0
-        || put_uint(b, (unsigned long long)view.len) < 0 || put_bin_header(b, view.len) < 0
-        || put_bytes(b, view.buf, view.len) < 0)
+        || put_uint(b, (unsigned long long)size) < 0 || put_bin_header(b, size) < 0 || grow(b, size) < 0)
         goto done;
-    *total += view.len;
+    if (text)
+        fp_bytes_write(&view, b->p + b->len);
+    else
+        memcpy(b->p + b->len, view.buf, size);
+    b->len += size;
+    *total += size;
     rc = 1;
 done:
     PyBuffer_Release(&view);

@@ -7,8 +7,9 @@ static PyObject *wire_dtype, *as_numpy_py, *get_input_py;
 static long bf16_code;
 
 /* Tensor.as_numpy (pb_utils): the first call on an input whose bytes came
- * in the message makes a writable array over a copy of them, as the
- * Python method does; everything else is the Python method's. */
+ * in the message makes a writable array over a copy of them (for BYTES,
+ * an object array of its elements), as the Python method does; everything
+ * else is the Python method's. */
 PyObject *fp_as_numpy(PyObject *self, PyObject *t)
 {
     if (!ready || !Py_IS_TYPE(t, tensor_type) || as_numpy_py == NULL)
@@ -22,12 +23,22 @@ PyObject *fp_as_numpy(PyObject *self, PyObject *t)
         goto python;
     if (array != Py_None)
         return Py_NewRef(array);
-    if (src == NULL || shape == NULL || !PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 3 || c == bytes_code)
+    if (src == NULL || shape == NULL || !PyTuple_CheckExact(src) || PyTuple_GET_SIZE(src) != 3)
         goto python;
     PyObject *loc = PyTuple_GET_ITEM(src, 0), *data = PyTuple_GET_ITEM(src, 1), *size = PyTuple_GET_ITEM(src, 2);
     if (!PyLong_CheckExact(loc) || PyLong_AsLongAndOverflow(loc, &overflow) != loc_inline || overflow
         || !PyBytes_CheckExact(data) || !PyLong_CheckExact(size) || _PyLong_Sign(size) == 0)
         goto python;
+    if (c == bytes_code) {
+        array = fp_bytes_input(data, shape);
+        if (array == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            goto python;
+        }
+        Py_XSETREF(SLOT(t, t_np), Py_NewRef(array));
+        return array;
+    }
     PyObject *dtype = PyDict_GetItemWithError(wire_dtype, code);
     if (dtype == NULL) {
         if (PyErr_Occurred())

@@ -16,7 +16,7 @@ import triton_python_backend_utils as pb
 
 from . import ipc
 
-_ABI = 4  # fastpath.c's FASTPATH_ABI this module was written for
+_ABI = 5  # fastpath.c's FASTPATH_ABI this module was written for
 ENV = "STUBVISOR_PY_FASTPATH"
 
 
@@ -55,6 +55,8 @@ def _load():
     pb.Tensor.__init__ = fastpath.method(fastpath.tensor_init)
     pb.InferenceResponse.__init__ = fastpath.method(fastpath.response_init)
     pb._split_bytes = fastpath.split_bytes
+    fastpath.setup_bytes(np.dtype(np.object_), np.bytes_)
+    pb._serialize_fast, pb._bytes_array = fastpath.serialize_bytes, fastpath.bytes_array
     from . import native_bls  # the calling stub's BLS path (fastpath_bls.c)
 
     native_bls.install(fastpath)

@@ -5,6 +5,7 @@ supervisor the same ExecuteDone, for a table of types, shapes and places.
 Without the compiled module (STUBVISOR_PY_FASTPATH=0, another interpreter)
 the comparisons skip and the rest of the suite covers the Python path."""
 
+import contextlib
 import json
 import os
 import resource
@@ -147,7 +148,8 @@ class FastPathMatchesPythonTest(unittest.TestCase):
         execmod._fast_requests = execmod._fast_done = None
         self.region.host.ch._fast_in = self.region.host.ch._fast_out = None
         try:
-            python = self.region.run(requests)
+            with python_pb():
+                python = self.region.run(requests)
         finally:
             (execmod._fast_requests, execmod._fast_done, self.region.host.ch._fast_in,
              self.region.host.ch._fast_out) = saved
@@ -192,7 +194,9 @@ class FastPathMatchesPythonTest(unittest.TestCase):
             "not a response": [None],
             "error": [pb.InferenceResponse(error=pb.TritonError("x"))],
             "parameters": [pb.InferenceResponse([], parameters={"a": 1})],
-            "bytes output": [pb.InferenceResponse([pb.Tensor("S", np.array([b"a"], dtype=np.object_))])],
+            "bytes, no elements": [pb.InferenceResponse([pb.Tensor("S", np.array([], dtype=np.object_))])],
+            "bytes, an int element": [pb.InferenceResponse([pb.Tensor("S", np.array([b"a", 1], dtype=np.object_))])],
+            "bytes over inline": [pb.InferenceResponse([pb.Tensor("S", np.array([b"x" * 1021], dtype=np.object_))])],
             "over inline": [pb.InferenceResponse([pb.Tensor("B", np.zeros(1024, np.float32))])],
             "scalar": [pb.InferenceResponse([pb.Tensor("Z", np.float32(1.0) * np.ones((), np.float32))])],
             "count": [pb.InferenceResponse([pb.Tensor("A", f32)])] * 2,
@@ -206,6 +210,16 @@ class FastPathMatchesPythonTest(unittest.TestCase):
         self.assertEqual(ipc.msgpack.unpackb(frame, raw=False),
                          [ipc.KIND_EXECUTE_DONE, 3, None, [[1, ipc.FLAG_FINAL, None,
                                                             [["A", 11, [4], ipc.LOC_INLINE, 0, 16, f32.tobytes()]], ""]]])
+        # BYTES: the elements serialized, up to INLINE_MAX bytes in all.
+        text = np.array([b"a", "\u00e9", np.bytes_(b"")], dtype=np.object_)
+        frame = FAST.usual_done(3, requests, [pb.InferenceResponse([pb.Tensor("S", text)])], 1 << 20)
+        wire = b"\x01\x00\x00\x00a\x02\x00\x00\x00\xc3\xa9\x00\x00\x00\x00"
+        self.assertEqual(ipc.msgpack.unpackb(frame, raw=False),
+                         [ipc.KIND_EXECUTE_DONE, 3, None, [[1, ipc.FLAG_FINAL, None,
+                                                            [["S", 13, [3], ipc.LOC_INLINE, 0, 15, wire]], ""]]])
+        fits = np.array([b"x" * 1020], dtype=np.object_)  # 1024 bytes serialized
+        self.assertIsNotNone(FAST.usual_done(3, requests, [pb.InferenceResponse([pb.Tensor("S", fits)])], 1 << 20))
+        self.assertIsNone(FAST.usual_done(3, requests, [pb.InferenceResponse([pb.Tensor("S", fits)])], 1023))
 
     @needs_fast
     def test_split_bytes_errors_match(self):
@@ -286,6 +300,17 @@ class PbUtilsCallsTest(unittest.TestCase):
             "inline fp32": (11, (2, 3), (ipc.LOC_INLINE, f32, len(f32))),
             "inline int8": (6, [4], (ipc.LOC_INLINE, b"\x01\x02\x03\x04", 4)),
             "inline bytes": (13, [2], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes 2-D": (13, [2, 1], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes tuple shape": (13, (1, 2), (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes scalar": (13, [], (ipc.LOC_INLINE, strings[:5], 5)),
+            "inline bytes, shape of floats": (13, [2.0], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes, shape too large": (13, [3], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes, negative shape": (13, [-1], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes, huge shape": (13, [1 << 62, 1 << 62], (ipc.LOC_INLINE, strings, len(strings))),
+            "inline bytes, empty elements": (13, [3], (ipc.LOC_INLINE, b"\0" * 12, 12)),
+            "inline bytes, truncated prefix": (13, [1], (ipc.LOC_INLINE, strings[:7], 7)),
+            "inline bytes, truncated element": (13, [2], (ipc.LOC_INLINE, strings[:-1], len(strings) - 1)),
+            "inline bytes, not bytes": (13, [2], (ipc.LOC_INLINE, bytearray(strings), len(strings))),
             "inline empty": (11, [0], (ipc.LOC_INLINE, b"", 0)),
             "bf16": (14, [2], (ipc.LOC_INLINE, b"\x00\x01\x02\x03", 4)),
             "cuda": (11, [1], (ipc.LOC_CUDA, (1, 0), 4)),
@@ -298,11 +323,12 @@ class PbUtilsCallsTest(unittest.TestCase):
                 for fn, out in ((pb.Tensor.as_numpy, got), (native.PY_AS_NUMPY, want)):
                     t = pb._new_tensor(pb.Tensor)
                     t._name, t._dtype, t._shape, t._np, t._src = "T", code, shape, None, src
-                    try:
-                        a = fn(t)
-                        out.append((a.dtype.str, a.shape, a.tolist(), a.flags.writeable, a is fn(t)))
-                    except Exception as exc:
-                        out.append((type(exc).__name__, str(exc)))
+                    with contextlib.nullcontext() if out is got else python_pb():
+                        try:
+                            a = fn(t)
+                            out.append((a.dtype.str, a.shape, a.tolist(), a.flags.writeable, a is fn(t)))
+                        except Exception as exc:
+                            out.append((type(exc).__name__, str(exc)))
                 self.assertEqual(got, want)
         out = pb.Tensor("O", np.arange(3, dtype=np.int32))
         self.assertIs(out.as_numpy(), out._np)
@@ -372,6 +398,18 @@ class ConstructorsTest(unittest.TestCase):
                 got = self.build(pb.InferenceResponse, pb.InferenceResponse.__init__, args, kwargs)
                 want = self.build(pb.InferenceResponse, native.PY_RESPONSE_INIT, args, kwargs)
                 self.assertEqual(got, want)
+
+
+@contextlib.contextmanager
+def python_pb():
+    """pb_utils' as_numpy and BYTES functions without their compiled
+    stand-ins (native.py), as the pure-Python path runs them."""
+    saved = pb.Tensor.__dict__["as_numpy"], pb._serialize_fast, pb._bytes_array, pb._split_bytes
+    pb.Tensor.as_numpy, pb._serialize_fast, pb._bytes_array, pb._split_bytes = native.PY_AS_NUMPY, None, None, None
+    try:
+        yield
+    finally:
+        pb.Tensor.as_numpy, pb._serialize_fast, pb._bytes_array, pb._split_bytes = saved
 
 
 def _python_split(data):
