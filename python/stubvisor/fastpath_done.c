@@ -142,12 +142,13 @@ static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
         return 0;
     }
     Py_buffer view;
-    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    /* A BYTES output's bytes are its elements serialized (fastpath_bytes.c),
+     * which the view's format tells how to read (numpy makes it on demand). */
+    int rc = 0, text = code == (unsigned long long)bytes_code;
+    if (PyObject_GetBuffer(array, &view, PyBUF_C_CONTIGUOUS | (text ? PyBUF_FORMAT : 0)) < 0) {
         PyErr_Clear();
         return 0;
     }
-    int rc = 0, text = code == (unsigned long long)bytes_code;
-    /* A BYTES output's bytes are its elements serialized (fastpath_bytes.c). */
     Py_ssize_t size = text ? fp_bytes_size(&view, inline_max) : view.len;
     if (size <= 0 || size > inline_max || (view.ndim == 0 && !text))
         goto done;
