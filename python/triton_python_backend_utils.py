@@ -184,7 +184,9 @@ _split_bytes = None
 def deserialize_bytes_tensor(encoded_tensor):
     """Deserialise length-prefixed bytes into a 1-D object array of bytes."""
     if _bytes_array is not None:
-        return _bytes_array(encoded_tensor)
+        array = _bytes_array(encoded_tensor)
+        if array is not None:
+            return array
     if _split_bytes is not None:
         return _object_array(_split_bytes(encoded_tensor))
     # One copy into bytes: slicing bytes makes each element directly.
