@@ -17,7 +17,8 @@
  * (fastwire.py; python/tests/test_fastpath.py compares both paths).
  *
  * The module is these files: this one (setup, the requests), fastpath_done.c
- * (the ExecuteDone frame, BYTES splitting), fastpath_pb.c (pb_utils' calls
+ * (the ExecuteDone frame, BYTES splitting), fastpath_msgpack.c (its msgpack
+ * writer, which the BLS path shares), fastpath_pb.c (pb_utils' calls
  * and constructors), fastpath_ring.c (the rings) and fastpath_bytes.c
  * (BYTES tensors' elements), sharing fastpath.h. The calling stub's BLS
  * path is four more (fastpath_bls.c says what).

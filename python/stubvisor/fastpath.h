@@ -33,6 +33,25 @@ extern int ready;
 /* A slot of an instance of one of those classes (NULL while unset). */
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
+/* fastpath_msgpack.c: the msgpack writer. */
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+    char stack[1024];
+} wbuf;
+void wb_init(wbuf *b);
+void wb_free(wbuf *b);
+int wb_room(wbuf *b, Py_ssize_t more);
+int wb_put(wbuf *b, const void *src, Py_ssize_t n);
+int wb_be(wbuf *b, unsigned char head, unsigned long long v, int n);
+int wb_byte(wbuf *b, unsigned char c);
+int wb_uint(wbuf *b, unsigned long long v);
+int wb_int(wbuf *b, long long v);
+int wb_array(wbuf *b, Py_ssize_t n);
+int wb_str(wbuf *b, const char *s, Py_ssize_t n);
+int wb_bin_header(wbuf *b, Py_ssize_t n);
+int wb_bin(wbuf *b, const void *p, Py_ssize_t n);
+
 /* fastpath_done.c */
 PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *fp_split_bytes(PyObject *self, PyObject *arg);

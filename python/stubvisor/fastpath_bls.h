@@ -40,13 +40,6 @@ int attr_true(PyObject *o, PyObject *name);
 /* fastpath_bls_wire.c: msgpack as msgpack.Packer(use_bin_type=True)
  * writes it, into a buffer that starts on the stack, and as unpackb reads
  * the usual frame. */
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-    char stack[1024];
-} wbuf;
-void wb_init(wbuf *b);
-void wb_free(wbuf *b);
 int encode_request(PyObject *req, wbuf *head, wbuf *tail);
 PyObject *send_call(wbuf *head, wbuf *tail, PyObject *waker, PyObject *loop);
 PyObject *decode_msg(const unsigned char *p, Py_ssize_t n);

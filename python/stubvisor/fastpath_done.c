@@ -3,104 +3,6 @@
 
 /* --- the ExecuteDone frame ------------------------------------------------ */
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} buf;
-
-static int grow(buf *b, Py_ssize_t more)
-{
-    if (b->len + more <= b->cap)
-        return 0;
-    Py_ssize_t cap = b->cap * 2;
-    if (cap < b->len + more)
-        cap = b->len + more + 256;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static inline int put_bytes(buf *b, const void *src, Py_ssize_t n)
-{
-    if (grow(b, n) < 0)
-        return -1;
-    memcpy(b->p + b->len, src, n);
-    b->len += n;
-    return 0;
-}
-
-static inline int put_byte(buf *b, unsigned char c)
-{
-    if (grow(b, 1) < 0)
-        return -1;
-    b->p[b->len++] = (char)c;
-    return 0;
-}
-
-/* A header byte and an n-byte big-endian value. */
-static int put_be(buf *b, unsigned char head, unsigned long long v, int n)
-{
-    if (grow(b, 1 + n) < 0)
-        return -1;
-    char *p = b->p + b->len;
-    p[0] = (char)head;
-    for (int i = 0; i < n; i++)
-        p[1 + i] = (char)(v >> (8 * (n - 1 - i)));
-    b->len += 1 + n;
-    return 0;
-}
-
-/* A non-negative int in msgpack's shortest form (fastwire.uint). */
-static int put_uint(buf *b, unsigned long long v)
-{
-    if (v < 128)
-        return put_byte(b, (unsigned char)v);
-    if (v < 0x100)
-        return put_be(b, 0xCC, v, 1);
-    if (v < 0x10000)
-        return put_be(b, 0xCD, v, 2);
-    if (v < 0x100000000ULL)
-        return put_be(b, 0xCE, v, 4);
-    return put_be(b, 0xCF, v, 8);
-}
-
-static int put_array_header(buf *b, Py_ssize_t n)
-{
-    if (n < 16)
-        return put_byte(b, (unsigned char)(0x90 | n));
-    if (n < 0x10000)
-        return put_be(b, 0xDC, (unsigned long long)n, 2);
-    return put_be(b, 0xDD, (unsigned long long)n, 4);
-}
-
-static int put_str(buf *b, const char *s, Py_ssize_t n)
-{
-    int rc;
-    if (n < 32)
-        rc = put_byte(b, (unsigned char)(0xA0 | n));
-    else if (n < 0x100)
-        rc = put_be(b, 0xD9, (unsigned long long)n, 1);
-    else if (n < 0x10000)
-        rc = put_be(b, 0xDA, (unsigned long long)n, 2);
-    else
-        rc = put_be(b, 0xDB, (unsigned long long)n, 4);
-    return rc < 0 ? -1 : put_bytes(b, s, n);
-}
-
-static int put_bin_header(buf *b, Py_ssize_t n)
-{
-    if (n < 0x100)
-        return put_be(b, 0xC4, (unsigned long long)n, 1);
-    if (n < 0x10000)
-        return put_be(b, 0xC5, (unsigned long long)n, 2);
-    return put_be(b, 0xC6, (unsigned long long)n, 4);
-}
-
 /* The value of a non-negative exact int, or -1 (no exception) for anything else. */
 static int as_u64(PyObject *o, unsigned long long *v)
 {
@@ -127,7 +29,7 @@ static int truth(PyObject *o)
 
 /* One output: [name, dtype, shape, LOC_INLINE, 0, size, <bin>]. 1 when
  * written, 0 where the Python path must decide, -1 on an error. */
-static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
+static int put_output(wbuf *b, PyObject *t, Py_ssize_t *total)
 {
     PyObject *array = SLOT(t, t_np), *name = SLOT(t, t_name), *dtype = SLOT(t, t_dtype);
     if (array == NULL || name == NULL || dtype == NULL || !Py_IS_TYPE(array, ndarray_type) || !PyUnicode_CheckExact(name))
@@ -153,14 +55,14 @@ static int put_output(buf *b, PyObject *t, Py_ssize_t *total)
     if (size <= 0 || size > inline_max || (view.ndim == 0 && !text))
         goto done;
     rc = -1;
-    if (put_byte(b, 0x97) < 0 || put_str(b, name_utf8, name_len) < 0 || put_uint(b, code) < 0
-        || put_array_header(b, view.ndim) < 0)
+    if (wb_byte(b, 0x97) < 0 || wb_str(b, name_utf8, name_len) < 0 || wb_uint(b, code) < 0
+        || wb_array(b, view.ndim) < 0)
         goto done;
     for (int k = 0; k < view.ndim; k++)
-        if (put_uint(b, (unsigned long long)view.shape[k]) < 0)
+        if (wb_uint(b, (unsigned long long)view.shape[k]) < 0)
             goto done;
-    if (put_uint(b, (unsigned long long)loc_inline) < 0 || put_byte(b, 0) < 0
-        || put_uint(b, (unsigned long long)size) < 0 || put_bin_header(b, size) < 0 || grow(b, size) < 0)
+    if (wb_uint(b, (unsigned long long)loc_inline) < 0 || wb_byte(b, 0) < 0
+        || wb_uint(b, (unsigned long long)size) < 0 || wb_bin_header(b, size) < 0 || wb_room(b, size) < 0)
         goto done;
     if (text)
         fp_bytes_write(&view, b->p + b->len);
@@ -227,13 +129,12 @@ PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyList_GET_SIZE(returned);
     if (n != PyList_GET_SIZE(requests))
         Py_RETURN_NONE;
-    buf b = {NULL, 0, 0};
-    if (grow(&b, 256) < 0)
-        return NULL;
+    wbuf b;
+    wb_init(&b);
     Py_ssize_t total = 0;
     PyObject *held_req = NULL, *held_resp = NULL;
-    if (put_byte(&b, 0x94) < 0 || put_uint(&b, (unsigned long long)kind_execute_done) < 0 || put_uint(&b, batch_id) < 0
-        || put_byte(&b, 0xC0) < 0 || put_array_header(&b, n) < 0)
+    if (wb_byte(&b, 0x94) < 0 || wb_uint(&b, (unsigned long long)kind_execute_done) < 0 || wb_uint(&b, batch_id) < 0
+        || wb_byte(&b, 0xC0) < 0 || wb_array(&b, n) < 0)
         goto fail;
     for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(returned) && i < PyList_GET_SIZE(requests); i++) {
         PyObject *req = PyList_GET_ITEM(requests, i), *resp = PyList_GET_ITEM(returned, i);
@@ -263,8 +164,8 @@ PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (kept == NULL)
             goto python;
         Py_ssize_t no = PyList_GET_SIZE(kept);
-        if (put_byte(&b, 0x95) < 0 || put_uint(&b, handle) < 0 || put_uint(&b, (unsigned long long)flag_final) < 0
-            || put_byte(&b, 0xC0) < 0 || put_array_header(&b, no) < 0) {
+        if (wb_byte(&b, 0x95) < 0 || wb_uint(&b, handle) < 0 || wb_uint(&b, (unsigned long long)flag_final) < 0
+            || wb_byte(&b, 0xC0) < 0 || wb_array(&b, no) < 0) {
             Py_DECREF(kept);
             goto fail;
         }
@@ -278,23 +179,23 @@ PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
         }
         Py_DECREF(kept);
-        if (put_byte(&b, 0xA0) < 0)
+        if (wb_byte(&b, 0xA0) < 0)
             goto fail;
     }
     if (total > room)
         goto python;
     PyObject *frame = PyBytes_FromStringAndSize(b.p, b.len);
-    PyMem_Free(b.p);
+    wb_free(&b);
     Py_XDECREF(held_req);
     Py_XDECREF(held_resp);
     return frame;
 python:
-    PyMem_Free(b.p);
+    wb_free(&b);
     Py_XDECREF(held_req);
     Py_XDECREF(held_resp);
     Py_RETURN_NONE;
 fail:
-    PyMem_Free(b.p);
+    wb_free(&b);
     Py_XDECREF(held_req);
     Py_XDECREF(held_resp);
     return NULL;
