@@ -72,6 +72,7 @@ PyObject *fp_serialize_bytes(PyObject *self, PyObject *array);
 PyObject *fp_bytes_array(PyObject *self, PyObject *arg);
 PyObject *fp_bytes_input(PyObject *data, PyObject *shape);
 Py_ssize_t fp_bytes_size(const Py_buffer *view, Py_ssize_t max);
+Py_ssize_t fp_bytes_next(const unsigned char *p, Py_ssize_t end, Py_ssize_t *offset);
 void fp_bytes_write(const Py_buffer *view, char *dst);
 
 /* fastpath_ring.c */

@@ -159,25 +159,35 @@ PyObject *fp_serialize_bytes(PyObject *self, PyObject *array)
 
 /* --- deserializing ---------------------------------------------------------- */
 
+/* The next element of a serialized BYTES tensor p[0:end] at *offset:
+ * its length, its bytes starting at *offset + 4, and *offset moved past
+ * it; or -1 with pb_utils.deserialize_bytes_tensor's ValueError where the
+ * tensor is cut short. */
+Py_ssize_t fp_bytes_next(const unsigned char *p, Py_ssize_t end, Py_ssize_t *offset)
+{
+    Py_ssize_t at = *offset, start = at + 4;
+    if (start > end) {
+        PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: incomplete length prefix at offset %zd", at);
+        return -1;
+    }
+    uint32_t n = (uint32_t)p[at] | (uint32_t)p[at + 1] << 8 | (uint32_t)p[at + 2] << 16 | (uint32_t)p[at + 3] << 24;
+    if (start + (Py_ssize_t)n > end) {
+        PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: element of %zd bytes at offset %zd overruns %zd bytes",
+                     (Py_ssize_t)n, start, end);
+        return -1;
+    }
+    *offset = start + (Py_ssize_t)n;
+    return (Py_ssize_t)n;
+}
+
 /* The number of elements of a serialized BYTES tensor, or -1 with
  * pb_utils.deserialize_bytes_tensor's ValueError. */
 static Py_ssize_t count_elements(const unsigned char *p, Py_ssize_t end)
 {
     Py_ssize_t offset = 0, count = 0;
     while (offset < end) {
-        Py_ssize_t start = offset + 4;
-        if (start > end) {
-            PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: incomplete length prefix at offset %zd", offset);
+        if (fp_bytes_next(p, end, &offset) < 0)
             return -1;
-        }
-        uint32_t n = (uint32_t)p[offset] | (uint32_t)p[offset + 1] << 8 | (uint32_t)p[offset + 2] << 16
-            | (uint32_t)p[offset + 3] << 24;
-        offset = start + (Py_ssize_t)n;
-        if (offset > end) {
-            PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: element of %zd bytes at offset %zd overruns %zd bytes",
-                         (Py_ssize_t)n, start, end);
-            return -1;
-        }
         count++;
     }
     return count;

@@ -217,20 +217,10 @@ PyObject *fp_split_bytes(PyObject *self, PyObject *arg)
     if (items == NULL)
         goto done;
     while (offset < end) {
-        Py_ssize_t start = offset + 4;
-        if (start > end) {
-            PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: incomplete length prefix at offset %zd", offset);
+        Py_ssize_t start = offset + 4, n = fp_bytes_next(p, end, &offset);
+        if (n < 0)
             goto fail;
-        }
-        uint32_t n = (uint32_t)p[offset] | (uint32_t)p[offset + 1] << 8 | (uint32_t)p[offset + 2] << 16
-            | (uint32_t)p[offset + 3] << 24;
-        offset = start + (Py_ssize_t)n;
-        if (offset > end) {
-            PyErr_Format(PyExc_ValueError, "truncated BYTES tensor: element of %zd bytes at offset %zd overruns %zd bytes",
-                         (Py_ssize_t)n, start, end);
-            goto fail;
-        }
-        PyObject *item = PyBytes_FromStringAndSize((const char *)p + start, (Py_ssize_t)n);
+        PyObject *item = PyBytes_FromStringAndSize((const char *)p + start, n);
         if (item == NULL)
             goto fail;
         int rc = PyList_Append(items, item);
