@@ -80,7 +80,9 @@ static int get_long(PyObject *consts, const char *key, long *dst)
     return PyErr_Occurred() ? -1 : 0;
 }
 
-static int get_obj(PyObject *consts, const char *key, PyObject **dst)
+/* *dst = consts[key] (a new reference), or -1 with KeyError; setup_bls
+ * (fastpath_bls.c) reads its dict with it too. */
+int fp_get_obj(PyObject *consts, const char *key, PyObject **dst)
 {
     PyObject *v = PyDict_GetItemString(consts, key);
     if (v == NULL) {
@@ -113,8 +115,8 @@ static PyObject *fp_setup(PyObject *self, PyObject *consts)
     TYPE("InferenceResponse", response_type)
     TYPE("ndarray", ndarray_type)
 #undef TYPE
-    if (get_obj(consts, "default_trace", &default_trace) < 0 || get_obj(consts, "default_memory", &default_memory) < 0
-        || get_obj(consts, "release_all", &release_all) < 0 || get_long(consts, "LOC_CLIENT", &loc_client) < 0
+    if (fp_get_obj(consts, "default_trace", &default_trace) < 0 || fp_get_obj(consts, "default_memory", &default_memory) < 0
+        || fp_get_obj(consts, "release_all", &release_all) < 0 || get_long(consts, "LOC_CLIENT", &loc_client) < 0
         || get_long(consts, "LOC_CUDA", &loc_cuda) < 0 || get_long(consts, "LOC_INLINE", &loc_inline) < 0
         || get_long(consts, "BYTES", &bytes_code) < 0 || get_long(consts, "INLINE_MAX", &inline_max) < 0
         || get_long(consts, "KIND_EXECUTE_DONE", &kind_execute_done) < 0

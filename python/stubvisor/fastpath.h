@@ -33,6 +33,9 @@ extern int ready;
 /* A slot of an instance of one of those classes (NULL while unset). */
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
+/* fastpath.c */
+int fp_get_obj(PyObject *consts, const char *key, PyObject **dst);
+
 /* fastpath_msgpack.c: the msgpack writer. */
 typedef struct {
     char *p;

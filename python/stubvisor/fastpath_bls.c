@@ -410,21 +410,10 @@ python:
 
 /* --- setup ---------------------------------------------------------------- */
 
-static int get_item(PyObject *d, const char *key, PyObject **dst)
-{
-    PyObject *v = PyDict_GetItemString(d, key);
-    if (v == NULL) {
-        PyErr_Format(PyExc_KeyError, "fastpath: setup_bls lacks %s", key);
-        return -1;
-    }
-    Py_XSETREF(*dst, Py_NewRef(v));
-    return 0;
-}
-
 static int get_num(PyObject *d, const char *key, long long *dst, double scale)
 {
     PyObject *v = NULL;
-    if (get_item(d, key, &v) < 0)
+    if (fp_get_obj(d, key, &v) < 0)
         return -1;
     double x = PyFloat_AsDouble(v);
     Py_DECREF(v);
@@ -446,7 +435,7 @@ static PyObject *fp_setup_bls(PyObject *self, PyObject *d)
     }
     mixin_type = NULL; /* off until the end */
 #define TYPE(key, dst)                                                                                   \
-    if (get_item(d, key, &o) < 0)                                                                        \
+    if (fp_get_obj(d, key, &o) < 0)                                                                        \
         return NULL;                                                                                     \
     if (!PyType_Check(o)) {                                                                              \
         Py_DECREF(o);                                                                                    \
@@ -459,14 +448,14 @@ static PyObject *fp_setup_bls(PyObject *self, PyObject *d)
     TYPE("BLSLoop", bls_loop_type)
     TYPE("deque", deque_type)
 #undef TYPE
-    if (get_item(d, "pb_dict", &pb_dict) < 0 || get_item(d, "_FORKED", &forked) < 0
-        || get_item(d, "TritonError", &error_type) < 0 || get_item(d, "_WIRE_DTYPE", &wire_dtypes) < 0
-        || get_item(d, "_ELEMENT_SIZE", &element_sizes) < 0 || get_item(d, "get_running_loop", &get_running_loop) < 0
-        || get_item(d, "init", &py_init) < 0 || get_item(d, "exec", &py_exec) < 0
-        || get_item(d, "async_exec", &py_async_exec) < 0 || get_item(d, "bls_response", &py_response) < 0
-        || get_item(d, "get_output_tensor_by_name", &py_get_output) < 0 || get_item(d, "PeerDead", &peer_dead) < 0
-        || get_item(d, "_exit_now", &exit_now) < 0
-        || get_item(d, "loop_read", &py_loop_read) < 0 || get_item(d, "Future", &future_type) < 0)
+    if (fp_get_obj(d, "pb_dict", &pb_dict) < 0 || fp_get_obj(d, "_FORKED", &forked) < 0
+        || fp_get_obj(d, "TritonError", &error_type) < 0 || fp_get_obj(d, "_WIRE_DTYPE", &wire_dtypes) < 0
+        || fp_get_obj(d, "_ELEMENT_SIZE", &element_sizes) < 0 || fp_get_obj(d, "get_running_loop", &get_running_loop) < 0
+        || fp_get_obj(d, "init", &py_init) < 0 || fp_get_obj(d, "exec", &py_exec) < 0
+        || fp_get_obj(d, "async_exec", &py_async_exec) < 0 || fp_get_obj(d, "bls_response", &py_response) < 0
+        || fp_get_obj(d, "get_output_tensor_by_name", &py_get_output) < 0 || fp_get_obj(d, "PeerDead", &peer_dead) < 0
+        || fp_get_obj(d, "_exit_now", &exit_now) < 0
+        || fp_get_obj(d, "loop_read", &py_loop_read) < 0 || fp_get_obj(d, "Future", &future_type) < 0)
         return NULL;
     if (!PyDict_Check(pb_dict) || !PyList_CheckExact(forked) || !PyDict_Check(wire_dtypes)
         || !PyDict_Check(element_sizes)) {
@@ -494,7 +483,7 @@ static PyObject *fp_setup_bls(PyObject *self, PyObject *d)
     OFF(c_done, "done")
     OFF(c_waker, "waker")
 #undef OFF
-    if (get_item(d, "BLSMixin", &o) < 0)
+    if (fp_get_obj(d, "BLSMixin", &o) < 0)
         return NULL;
     if (!PyType_Check(o)) {
         Py_DECREF(o);
