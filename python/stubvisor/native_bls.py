@@ -22,20 +22,10 @@ PY_LOOP_READ = bls.BLSMixin._loop_read
 PY_RESOLVE_READY = bls.BLSMixin._resolve_ready
 
 
-def supported():
-    """Whether this stub takes the compiled BLS path when the module has it."""
-    return not ipc.msgpack.__name__.endswith("minimsgpack")
-
-
 def install(fastpath):
     """Point pb_utils and BLSMixin at the compiled functions; False (the
     Python path kept) when this build of the module has none."""
     if not hasattr(fastpath, "setup_bls"):
-        return False
-    if not supported():
-        # Without the msgpack package, RSS grew by about 170 bytes a call
-        # on this path under load (test_fastpath_bls); the Python path,
-        # measured alike, does not: it stays until that is understood.
         return False
     fastpath.setup_bls({
         "_Call": bls._Call, "BLSLoop": bls.BLSLoop, "BLSMixin": bls.BLSMixin, "deque": collections.deque,
