@@ -393,9 +393,10 @@ func TestTritonLoadNewModelFromFiles(t *testing.T) {
 	})
 }
 
-// TestTritonEnvWithoutMsgpack serves a model whose EXECUTION_ENV_PATH
+// TestTritonEnvWithoutMsgpack serves models whose EXECUTION_ENV_PATH
 // interpreter cannot import msgpack (a conda-pack environment built for
-// Triton has numpy and no msgpack): the stub starts on its own codec.
+// Triton has numpy and no msgpack): the stubs start on their own codec,
+// and the chains call their steps by BLS, sync and async, through it.
 func TestTritonEnvWithoutMsgpack(t *testing.T) {
 	ipctest.RequirePython(t)
 	blocker, err := filepath.Abs(filepath.Join("..", "..", "python", "tests", "nomsgpack"))
@@ -413,19 +414,31 @@ func TestTritonEnvWithoutMsgpack(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(env, "bin", "python3"), "-c", "import msgpack").CombinedOutput(); err == nil {
 		t.Fatalf("the environment still imports msgpack: %s", out)
 	}
-	repo := copyRepo(t, "e2e_echo")
-	cfg, err := os.ReadFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = append(cfg, []byte(fmt.Sprintf("\nparameters { key: \"EXECUTION_ENV_PATH\" value { string_value: %q } }\n", env))...)
-	if err := os.WriteFile(filepath.Join(repo, "e2e_echo", "config.pbtxt"), cfg, 0o644); err != nil {
-		t.Fatal(err)
+	models := []string{"e2e_echo", "bls_chain", "bls_chain_async", "identity_fp32"}
+	repo := copyRepo(t, models...)
+	for _, m := range models {
+		cfg, err := os.ReadFile(filepath.Join(repo, m, "config.pbtxt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg = append(cfg, []byte(fmt.Sprintf("\nparameters { key: \"EXECUTION_ENV_PATH\" value { string_value: %q } }\n", env))...)
+		if err := os.WriteFile(filepath.Join(repo, m, "config.pbtxt"), cfg, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s := startServer(t, repo)
 	code, _, b := s.do("POST", "/v2/models/e2e_echo/infer", []byte(`{"parameters":{"tag":"x"},"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]}]}`))
 	if code != 200 || !strings.Contains(string(b), `"data":[1.0,2.0,3.0]`) && !strings.Contains(string(b), `"data":[1,2,3]`) || !strings.Contains(string(b), `"tag":"x"`) {
 		t.Fatalf("infer through the msgpack-less stub: %d %s", code, b)
+	}
+	for _, tc := range []struct{ model, shape string }{{"bls_chain", "[4]"}, {"bls_chain_async", "[1,4]"}} {
+		for i := range 3 {
+			code, _, b := s.do("POST", "/v2/models/"+tc.model+"/infer",
+				[]byte(`{"inputs":[{"name":"INPUT0","shape":`+tc.shape+`,"datatype":"FP32","data":[1,2,3,4.5]}]}`))
+			if code != 200 || !strings.Contains(string(b), `"data":[1.0,2.0,3.0,4.5]`) && !strings.Contains(string(b), `"data":[1,2,3,4.5]`) {
+				t.Fatalf("%s through msgpack-less stubs, request %d: %d %s", tc.model, i, code, b)
+			}
+		}
 	}
 }
 
