@@ -339,8 +339,9 @@ class BLSMatchesPythonTest(unittest.TestCase):
         # time, whose answers queue for the loop's read. A reference or
         # a buffer leaked per call on any of them leaves a block a call
         # or more, which tracemalloc counts.
-        # (The first few hundred calls traced settle asyncio's and the
-        # allocators' caches: up to 170 blocks, on either path.)
+        # (Eight at a time, the first windows traced grow by up to 230
+        # blocks, as many on the Python path: asyncio's caches settling,
+        # fewer each window after.)
         n = 2000
         for mode, hold in (("sync", None), ("sync", _once_asleep), ("async", _once_asleep),
                            ("async, eight at a time", None)):
