@@ -172,6 +172,18 @@ type OutputTensor struct {
 // SetRelease sets the function that Release calls (used by the backend).
 func (r *InferResponse) SetRelease(f func()) { r.release = f }
 
+// TakeRelease returns the function Release would call and leaves Release
+// a no-op: for a caller that hands Data on to be written after it returns,
+// and the release with it. Nil if there is nothing to release.
+func (r *InferResponse) TakeRelease() func() {
+	if r == nil {
+		return nil
+	}
+	f := r.release
+	r.release = nil
+	return f
+}
+
 // Release returns the response's memory to its owner. It is idempotent.
 func (r *InferResponse) Release() {
 	if r == nil || r.release == nil {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/stubvisor/stubvisor/backendapi"
+	"github.com/stubvisor/stubvisor/server/httpserve"
 )
 
 const hdrInferHeaderLength = "Inference-Header-Content-Length"
@@ -319,7 +320,7 @@ func (s *Server) writeInferResponse(w http.ResponseWriter, r *http.Request, c *i
 		if _, err := w.Write(out); err != nil {
 			return nil // the client went away; nothing to report to it
 		}
-		return writeBinaryOutputs(w, c, resp)
+		return writeBinaryOutputs(binaryWriter(w, resp, binary), c, resp)
 	}
 	h["Content-Encoding"] = []string{enc}
 	w.WriteHeader(http.StatusOK)
@@ -348,6 +349,28 @@ func headerInt(n int64) []string {
 	v := []string{strconv.FormatInt(n, 10)}
 	headerInts[n].Store(&v)
 	return v
+}
+
+// keepMin is the size of binary outputs from which an HTTP engine that
+// buffers replies is asked to write them from where they are
+// (httpserve.KeepWriter) instead of copying them; below it the copy costs
+// less than keeping them.
+const keepMin = 64 << 10
+
+// binaryWriter returns what the binary outputs of resp, binary bytes, are
+// written to: w, or for large outputs on an engine that would copy them (the
+// fasthttp engine), a writer that keeps them in the stub's memory until they
+// are written, which then owns resp's release.
+func binaryWriter(w http.ResponseWriter, resp *backendapi.InferResponse, binary int64) io.Writer {
+	if binary < keepMin {
+		return w
+	}
+	release := resp.TakeRelease()
+	kw, ok := httpserve.KeepWriter(w, release)
+	if !ok {
+		resp.SetRelease(release)
+	}
+	return kw
 }
 
 func writeBinaryOutputs(w io.Writer, c *inferCall, resp *backendapi.InferResponse) error {

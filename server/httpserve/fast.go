@@ -29,8 +29,8 @@ const readBufferSize = 64 << 10
 // request than net/http does (a goroutine and a pipe per request; about
 // twice net/http's latency in BenchmarkEngines), so only the routes that
 // flush go through it. A bridged reply is buffered whole until the handler
-// returns: what the handler writes from memory it releases on return (a
-// tensor in a stub's arena) is copied once more than under net/http.
+// returns; what the handler writes through KeepWriter (keep.go) is kept
+// where it is instead, until it is written.
 type fastEngine struct {
 	srv     *fasthttp.Server
 	opts    *Options
@@ -238,10 +238,16 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 		defer c.unwatch()
 	}
 	w := &bridgeWriter{ctx: ctx, h: make(http.Header, 4)}
-	defer e.recoverHandler(ctx, r)
+	defer e.recoverHandler(ctx, r, w)
 	e.h.ServeHTTP(w, r.WithContext(reqCtx))
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
+	}
+	if k := w.kept; k != nil {
+		// fasthttp writes it after this returns and then closes it, or
+		// closes it when the response is reset unwritten.
+		w.kept = nil
+		ctx.Response.SetBodyStream(k, k.size)
 	}
 }
 
@@ -276,10 +282,14 @@ func headerKey(k []byte) string {
 // recoverHandler does what net/http does with a handler that panics: log
 // it (unless it is http.ErrAbortHandler) and drop the connection without a
 // reply.
-func (e *fastEngine) recoverHandler(ctx *fasthttp.RequestCtx, r *http.Request) {
+func (e *fastEngine) recoverHandler(ctx *fasthttp.RequestCtx, r *http.Request, w *bridgeWriter) {
 	rec := recover()
 	if rec == nil {
 		return
+	}
+	if w.kept != nil {
+		_ = w.kept.Close()
+		w.kept = nil
 	}
 	if rec != http.ErrAbortHandler {
 		e.log.Error("http: panic serving request", "method", r.Method, "uri", r.RequestURI, "panic", rec, "stack", string(debug.Stack()))
@@ -334,12 +344,13 @@ func (b *bridgeBody) Close() error { return nil }
 
 // bridgeWriter is a bridged request's http.ResponseWriter: the status and
 // headers go to fasthttp's response at WriteHeader, the body into its
-// buffer. Read deadlines reach the connection (http.ResponseController),
+// buffer, or into kept once the handler asked for a KeepWriter. Read deadlines reach the connection (http.ResponseController),
 // which is how a handler bounds a stalled body.
 type bridgeWriter struct {
 	ctx   *fasthttp.RequestCtx
 	h     http.Header
 	wrote bool
+	kept  *keptBody
 }
 
 func (w *bridgeWriter) Header() http.Header { return w.h }
@@ -366,13 +377,23 @@ func (w *bridgeWriter) WriteHeader(code int) {
 }
 
 func (w *bridgeWriter) Write(p []byte) (int, error) {
+	w.start(p)
+	if w.kept != nil {
+		w.kept.copyIn(p)
+		return len(p), nil
+	}
+	return w.ctx.Write(p)
+}
+
+// start sends the headers before the first write of the body, p, as
+// net/http does: with a Content-Type sniffed from p when none was set.
+func (w *bridgeWriter) start(p []byte) {
 	if !w.wrote {
 		if _, ok := w.h["Content-Type"]; !ok && len(p) > 0 {
 			w.h.Set("Content-Type", http.DetectContentType(p))
 		}
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.ctx.Write(p)
 }
 
 // SetReadDeadline is http.ResponseController's hook for the body timeout.
