@@ -85,11 +85,11 @@ test-go: fastpath
 
 # The concurrent core and the front ends once more under the race
 # detector, and the end-to-end cases of clients cancelling mid-request, of
-# large tensors read into and given back from the stubs' arenas, and of the
-# rate limiter against a binary built with it.
+# large tensors read into, written from and given back to the stubs'
+# arenas, and of the rate limiter against a binary built with it.
 test-race: fastpath
 	$(GO) test -race -count=1 -timeout 20m ./ipc/ ./shmpool/ ./stub/ ./supervisor/... ./server/...
-	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestLargeBinaryInputCutShort|TestLargeGRPCInputs|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestLargeBinaryInputCutShort|TestLargeBinaryOutputs|TestLargeGRPCInputs|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
 
 # The end-to-end suite once more with every server on --http-engine
 # fasthttp (not part of make test: TestHTTPEngines and server/httpserve's
