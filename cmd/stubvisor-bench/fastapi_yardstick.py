@@ -26,6 +26,7 @@ def _outputs(model, outputs):
 @app.post("/v2/models/add_sub_batched/infer")
 @app.post("/v2/models/add_sub_many/infer")
 @app.post("/v2/models/add_sub_cached/infer")
+@app.post("/v2/models/add_sub_go/infer")
 async def add_sub(request: Request):
     body = json.loads(await request.body())
     inputs = {t["name"]: np.array(t["data"], dtype=np.float32).reshape(t["shape"]) for t in body["inputs"]}

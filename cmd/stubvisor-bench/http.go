@@ -44,6 +44,12 @@ var (
 	// its case is the same, so all but the first are hits that never reach
 	// the stub (the server runs with a cache, --cache-config).
 	httpAddSubCached = addSubConfig("add_sub_cached", "max_batch_size: 0\nresponse_cache { enable: true }", 1)
+	// httpAddSubGo is add_sub as a Go-native model (testdata's go_add_sub)
+	// with add_sub's config: the same request through the same server,
+	// shared memory and stub process, without the Python interpreter. Its
+	// ratio to the floor bounds what any work on the Python stub can bring.
+	httpAddSubGo = strings.Replace(addSubConfig("add_sub_go", "max_batch_size: 0", 1),
+		`backend: "python"`, `backend: "go"`, 1)
 )
 
 // httpCase is one benchmark case: a request replayed by conns callers.
@@ -108,6 +114,8 @@ func httpCases() ([]httpCase, error) {
 		{"add_sub-16xFP32-json-c16-many", 16, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c64-many", 64, "/v2/models/add_sub_many/infer", addSub, jsonHdr},
 		{"add_sub-16xFP32-json-c16-cachehit", 16, "/v2/models/add_sub_cached/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c1-gostub", 1, "/v2/models/add_sub_go/infer", addSub, jsonHdr},
+		{"add_sub-16xFP32-json-c16-gostub", 16, "/v2/models/add_sub_go/infer", addSub, jsonHdr},
 		{"identity-16xBYTES-json-c16", 16, "/v2/models/identity_all/infer", strings16, jsonHdr},
 		{"identity-4MiB-binary-c1", 1, "/v2/models/identity_fp32/infer", identity, binHdr},
 	}, nil
@@ -155,7 +163,7 @@ func runHTTPBench(args []string) error {
 	env, err := newBenchEnv("http", sf,
 		benchModel{"add_sub", "add_sub", httpAddSub16},
 		benchModel{"add_sub_batched", "add_sub", httpAddSubBatched}, benchModel{"add_sub_many", "add_sub", httpAddSubMany},
-		benchModel{"add_sub_cached", "add_sub", httpAddSubCached},
+		benchModel{"add_sub_cached", "add_sub", httpAddSubCached}, benchModel{"add_sub_go", "go_add_sub", httpAddSubGo},
 		benchModel{"identity_fp32", "identity_fp32", ""},
 		benchModel{"identity_all", "identity_all", ""}, benchModel{"token_gen", "token_gen", ""})
 	if err != nil {
