@@ -20,6 +20,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -195,6 +196,7 @@ func runEnsembleBench(args []string) error {
 	sf := addServerFlags(fs)
 	only := fs.String("case", "", "run only the cases whose name contains this (ending in $: whose name ends with it)")
 	onlySides := fs.String("sides", "", "comma-separated sides to run (default all; the ensemble always runs, as every ratio's base)")
+	perProc := fs.Bool("procs", false, "print each round's CPU time and context switches per chain of every process (server, each stub)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -233,15 +235,18 @@ func runEnsembleBench(args []string) error {
 			in := fp32Bytes(size.elems)
 			var fns []func() (Stats, error)
 			for _, sd := range sides {
-				fns = append(fns, func() (Stats, error) { return loadChain(srv.addr, pid, sd, in, conc, *warmup, *duration) })
+				fns = append(fns, func() (Stats, error) {
+					return loadChain(srv.addr, pid, sd, in, conc, *warmup, *duration, *perProc, caseName)
+				})
 			}
 			med, ratios, err := alternateAll(*rounds, fns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", caseName, err)
 			}
 			for i, sd := range sides {
-				fmt.Printf("ensemble %s-%s p50_us=%.0f rps=%.0f ctxsw_per_chain=%.1f runq_us_per_chain=%.0f\n", sd.name, caseName,
-					float64(med[i].P50)/float64(time.Microsecond), med[i].PerSecond, med[i].CtxPerOp, float64(med[i].RunqPerOp)/float64(time.Microsecond))
+				fmt.Printf("ensemble %s-%s p50_us=%.0f rps=%.0f ctxsw_per_chain=%.1f runq_us_per_chain=%.0f cpu_us_per_chain=%.0f\n", sd.name, caseName,
+					float64(med[i].P50)/float64(time.Microsecond), med[i].PerSecond, med[i].CtxPerOp, float64(med[i].RunqPerOp)/float64(time.Microsecond),
+					float64(med[i].CPUPerOp)/float64(time.Microsecond))
 			}
 			for i, sd := range sides[1:] {
 				fmt.Printf("ensemble ratio %s: ensemble/%s=%.2f\n", caseName, sd.name, ratios[i+1])
@@ -253,13 +258,16 @@ func runEnsembleBench(args []string) error {
 
 // loadChain runs conc callers of one side on one connection for warmup,
 // then measures for d; rps counts the whole chains that end in that time,
-// and the context switches and run-queue waits of pid's process tree in
-// that time are divided among them.
-func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d time.Duration) (Stats, error) {
-	use0 := make(chan schedUse, 1)
+// and the CPU time, context switches and run-queue waits of pid's process
+// tree in that time are divided among them. With perProc it prints them
+// for each process apart (what each of the server and the stubs spent
+// per chain).
+func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d time.Duration, perProc bool, caseName string) (Stats, error) {
+	type usage struct{ tree, self map[string]schedUse }
+	use0 := make(chan usage, 1)
 	go func() {
 		time.Sleep(warmup)
-		use0 <- treeSched(pid)
+		use0 <- usage{procsSched(pid), procsSched(os.Getpid())}
 	}()
 	samples, err := grpcLoad(addr, conc, warmup, d, true, func(ctx context.Context, client pb.GRPCInferenceServiceClient) error {
 		if err := sd.call(ctx, client, in); err != nil {
@@ -273,9 +281,35 @@ func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d 
 	if len(samples) == 0 {
 		return Stats{}, errors.New(sd.name + ": no chain completed in the measured time")
 	}
-	sched := treeSched(pid).sub(<-use0)
-	s := summarize(samples, len(samples), d)
-	s.CtxPerOp = float64(sched.switches) / float64(len(samples))
-	s.RunqPerOp = sched.runq / time.Duration(len(samples))
+	procs1, self1, u0 := procsSched(pid), procsSched(os.Getpid())["server"], <-use0
+	procs0 := u0.tree
+	var sched schedUse
+	var names []string
+	for name, u := range procs1 {
+		u = u.sub(procs0[name])
+		procs1[name] = u
+		sched = sched.add(u)
+		names = append(names, name)
+	}
+	n := len(samples)
+	s := summarize(samples, n, d)
+	s.CtxPerOp = float64(sched.switches) / float64(n)
+	s.RunqPerOp = sched.runq / time.Duration(n)
+	s.CPUPerOp = sched.onCPU / time.Duration(n)
+	if perProc {
+		slices.Sort(names)
+		// The bench's own process (the clients) is not in the totals.
+		client := self1.sub(u0.self["server"])
+		line := fmt.Sprintf("ensemble procs %s-%s chains=%d bench=%.1fus/%.2fcs", sd.name, caseName, n,
+			float64(client.onCPU)/float64(n)/float64(time.Microsecond), float64(client.switches)/float64(n))
+		for _, name := range names {
+			// Processes that did nothing for this side (the other
+			// models' stubs) are left out.
+			if u := procs1[name]; u.onCPU/time.Duration(n) >= time.Microsecond {
+				line += fmt.Sprintf(" %s=%.1fus/%.2fcs", name, float64(u.onCPU)/float64(n)/float64(time.Microsecond), float64(u.switches)/float64(n))
+			}
+		}
+		fmt.Println(line)
+	}
 	return s, nil
 }

@@ -79,7 +79,22 @@ func (a schedUse) sub(b schedUse) schedUse {
 // treeSched sums schedUse over root and its live descendants.
 func treeSched(root int) schedUse {
 	var u schedUse
+	for _, pu := range procsSched(root) {
+		u.onCPU += pu.onCPU
+		u.runq += pu.runq
+		u.switches += pu.switches
+		u.childSwitches += pu.childSwitches
+	}
+	return u
+}
+
+// procsSched is schedUse for root and each live descendant apart, by
+// name: "server" for root, a stub by its instance's name (its last
+// argument), anything else by its pid.
+func procsSched(root int) map[string]schedUse {
+	out := map[string]schedUse{}
 	for _, pid := range treePIDs(root) {
+		var u schedUse
 		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*")
 		for _, task := range tasks {
 			if b, err := os.ReadFile(task + "/schedstat"); err == nil {
@@ -103,8 +118,22 @@ func treeSched(root int) schedUse {
 				}
 			}
 		}
+		name := "server"
+		if pid != root {
+			name = strconv.Itoa(pid)
+			if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
+				if args := bytes.Split(bytes.TrimRight(b, "\x00"), []byte{0}); len(args) > 1 {
+					name = string(args[len(args)-1])
+				}
+			}
+		}
+		out[name] = out[name].add(u)
 	}
-	return u
+	return out
+}
+
+func (a schedUse) add(b schedUse) schedUse {
+	return schedUse{a.onCPU + b.onCPU, a.runq + b.runq, a.switches + b.switches, a.childSwitches + b.childSwitches}
 }
 
 // treePIDs lists root and its live descendants.
