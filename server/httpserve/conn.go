@@ -42,6 +42,12 @@ type conn struct {
 	hangup   func()
 	wg       sync.WaitGroup
 	one      [1]byte
+
+	// Kept by the connection's serving goroutine from one request to the
+	// next (bridge.go).
+	remote            string
+	lastHost, lastURI string
+	lastVals          []string
 }
 
 // tlsConn is a conn over TLS: fasthttp tells TLS connections apart by

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"time"
 
@@ -184,35 +183,50 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 	reqCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := connOf(ctx.Conn())
-	b := &bridgeBody{conn: c, hangup: cancel}
-	r := &http.Request{
-		Method:     string(ctx.Method()),
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     make(http.Header, 8),
-		Host:       string(ctx.Host()),
-		RemoteAddr: ctx.RemoteAddr().String(),
-		RequestURI: string(ctx.RequestURI()),
-		TLS:        ctx.TLSConnectionState(),
-		Body:       b,
+	br := &bridgeReq{}
+	var zero http.Request
+	br.req = *zero.WithContext(reqCtx) // the one way to set a context
+	r, b := &br.req, &br.body
+	*b = bridgeBody{conn: c, hangup: cancel}
+	r.Method = methodString(ctx.Method())
+	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
+	r.TLS = ctx.TLSConnectionState()
+	r.Body = b
+	if c != nil {
+		r.Host = interned(&c.lastHost, ctx.Host())
+		r.RemoteAddr = c.remoteAddr()
+		r.RequestURI = interned(&c.lastURI, ctx.RequestURI())
+	} else {
+		r.Host = string(ctx.Host())
+		r.RemoteAddr = ctx.RemoteAddr().String()
+		r.RequestURI = string(ctx.RequestURI())
 	}
 	if !ctx.Request.Header.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
 	}
-	u, err := url.ParseRequestURI(r.RequestURI)
-	if err != nil {
+	if err := parseRequestURI(r.RequestURI, &br.url); err != nil {
 		ctx.Error("Bad Request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	r.URL = u
+	r.URL = &br.url
+	r.Header = make(http.Header, 8)
+	i := 0
 	for k, v := range ctx.Request.Header.All() {
 		switch string(k) {
 		case "Host", "Transfer-Encoding", "Trailer":
 			continue
 		}
 		key := headerKey(k)
-		r.Header[key] = append(r.Header[key], string(v))
+		val := c.headerValue(i, v)
+		if vs, ok := r.Header[key]; ok {
+			r.Header[key] = append(vs, val)
+		} else if i < bridgeHeaders {
+			br.vals[i] = val
+			r.Header[key] = br.vals[i : i+1 : i+1]
+		} else {
+			r.Header[key] = []string{val}
+		}
+		i++
 	}
 	switch n := ctx.Request.Header.ContentLength(); {
 	case n == -1: // chunked
@@ -226,7 +240,8 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 	if b.left != 0 {
 		b.src = ctx.RequestBodyStream()
 		if b.src == nil {
-			b.src = bytes.NewReader(ctx.Request.Body())
+			br.rd.Reset(ctx.Request.Body())
+			b.src = &br.rd
 		}
 	} else {
 		r.Body = http.NoBody
@@ -237,9 +252,10 @@ func (e *fastEngine) bridge(ctx *fasthttp.RequestCtx) {
 	if c != nil {
 		defer c.unwatch()
 	}
-	w := &bridgeWriter{ctx: ctx, h: make(http.Header, 4)}
+	w := &br.w
+	*w = bridgeWriter{ctx: ctx, h: make(http.Header, 4)}
 	defer e.recoverHandler(ctx, r, w)
-	e.h.ServeHTTP(w, r.WithContext(reqCtx))
+	e.h.ServeHTTP(w, r)
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
