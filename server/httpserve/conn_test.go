@@ -16,10 +16,14 @@ func TestConnWatch(t *testing.T) {
 		hold       time.Duration // how long the "handler" runs
 		hangUp     bool          // the client closes its end meanwhile
 		wantHangup bool
+		rewatch    bool // an earlier request's watch left the timer set
 	}{
-		{"a short request starts no read", 0, false, false},
-		{"a long request reads in the background", 3 * watchDelay, false, false},
-		{"a client hang-up during a long request", 3 * watchDelay, true, true},
+		{"a short request starts no read", 0, false, false, false},
+		{"a long request reads in the background", 3 * watchDelay, false, false, false},
+		{"a client hang-up during a long request", 3 * watchDelay, true, true, false},
+		{"after an earlier watch, a short request starts no read", 0, false, false, true},
+		{"after an earlier watch, a long request reads in the background", 3 * watchDelay, false, false, true},
+		{"after an earlier watch, a client hang-up during a long request", 3 * watchDelay, true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			server, client := net.Pipe()
@@ -27,6 +31,10 @@ func TestConnWatch(t *testing.T) {
 			l := newTrackListener(nil)
 			c := &conn{Conn: server, l: l}
 			hung := make(chan struct{})
+			if tc.rewatch {
+				c.watch(func() { t.Error("hang-up reported for an earlier request") })
+				c.unwatch()
+			}
 			start := time.Now()
 			c.watch(func() { close(hung) })
 			if tc.hangUp {
