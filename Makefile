@@ -4,7 +4,7 @@ PYTHON ?= /usr/bin/python3
 GO     ?= go
 BIN    := bin
 
-.PHONY: all build fastpath run check test test-go test-race test-fasthttp test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
+.PHONY: all build fastpath run check test test-go test-race test-nethttp test-python test-deploy image vet deps deps-node deps-deploy deps-bench proto bench-ipc bench-stub bench-http bench-grpc bench-shm bench-ensemble soak gpu-check gpu-check-bundle soak-recycle clean
 
 all: build
 
@@ -92,10 +92,11 @@ test-race: fastpath
 	$(GO) test -race -count=1 -timeout 10m -run 'TestFaultClientsCancelMidRequest|TestLargeBinaryInputCutShort|TestLargeBinaryOutputs|TestLargeGRPCInputs|TestOpenAIChat|TestOpenAIDisconnectCancels|TestRateLimiter$$' ./cmd/stubvisor/
 
 # The end-to-end suite once more with every server on --http-engine
-# fasthttp (not part of make test: TestHTTPEngines and server/httpserve's
-# tests run both engines there).
-test-fasthttp: fastpath
-	STUBVISOR_TEST_HTTP_ENGINE=fasthttp $(GO) test -count=1 -timeout 20m ./cmd/stubvisor/
+# net/http, Go's own server (not part of make test: TestHTTPEngines,
+# TestLargeBinaryOutputs and server/httpserve's tests run both engines
+# there).
+test-nethttp: fastpath
+	STUBVISOR_TEST_HTTP_ENGINE=net/http $(GO) test -count=1 -timeout 20m ./cmd/stubvisor/
 
 # The stub's tests with the compiled fast path, without it (the pure-Python
 # path every other interpreter runs), and without msgpack.

@@ -16,8 +16,11 @@ type httpFlags struct {
 // register adds --http-engine, --http-header-timeout and
 // --http-header-forward-pattern (into forward) to fs.
 func (h *httpFlags) register(fs *flag.FlagSet, forward *string) {
-	h.engine = httpserve.NetHTTP
-	fs.Func("http-engine", "HTTP server implementation of the HTTP, metrics and OpenAI ports: net/http (default) or fasthttp (less CPU per request; see docs/compatibility.md)", func(v string) error {
+	// fasthttp by default: it costs less CPU and fewer wake-ups per small
+	// request than net/http, and writes large binary outputs from the
+	// stub's memory as net/http does (docs/performance.md, round 6).
+	h.engine = httpserve.FastHTTP
+	fs.Func("http-engine", "HTTP server implementation of the HTTP, metrics and OpenAI ports: fasthttp (default) or net/http (Go's own; see docs/compatibility.md)", func(v string) error {
 		e, err := httpserve.ParseEngine(v)
 		h.engine = e
 		return err
