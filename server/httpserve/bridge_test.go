@@ -2,7 +2,6 @@ package httpserve
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -110,23 +109,8 @@ func TestBridgeRequestView(t *testing.T) {
 				kept, seen = append(kept, r), append(seen, viewOf(r, string(b)))
 				_, _ = io.WriteString(w, "ok")
 			})
-			srv, err := New(h, Options{Engine: e})
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			served := make(chan error, 1)
-			go func() { served <- srv.Serve(l) }()
-			t.Cleanup(func() {
-				_ = srv.Shutdown(context.Background())
-				if err := <-served; err != nil {
-					t.Errorf("Serve: %v", err)
-				}
-			})
-			c, err := net.Dial("tcp", l.Addr().String())
+			_, addr := serve(t, h, Options{Engine: e})
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}

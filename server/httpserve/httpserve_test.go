@@ -40,12 +40,11 @@ type fixture struct {
 	gate    chan struct{} // /stream and /slow wait on it
 	entered chan string   // a handler that blocks says so here
 	hungUp  chan struct{} // /wait's context ended
-	served  chan error    // Serve's return
 }
 
 func newFixture(t *testing.T, e Engine) *fixture {
 	t.Helper()
-	f := &fixture{gate: make(chan struct{}), entered: make(chan string, 4), hungUp: make(chan struct{}, 1), served: make(chan error, 1)}
+	f := &fixture{gate: make(chan struct{}), entered: make(chan string, 4), hungUp: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -76,8 +75,25 @@ func newFixture(t *testing.T, e Engine) *fixture {
 		}
 	})
 	mux.HandleFunc("/panic", func(http.ResponseWriter, *http.Request) { panic("handler panic") })
-	srv, err := New(mux, Options{Engine: e, HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second,
+	f.srv, f.addr = serve(t, mux, Options{Engine: e, HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second,
 		Streamed: func(_, path string) bool { return path == "/stream" }})
+	// Cleanups run last first: the blocked handlers are let go before
+	// serve's shutdown waits for them.
+	t.Cleanup(func() {
+		select {
+		case <-f.gate:
+		default:
+			close(f.gate)
+		}
+	})
+	return f
+}
+
+// serve serves h on a loopback port until the test ends, when it shuts the
+// server down and checks what Serve returned.
+func serve(t *testing.T, h http.Handler, o Options) (*Server, string) {
+	t.Helper()
+	srv, err := New(h, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,20 +101,15 @@ func newFixture(t *testing.T, e Engine) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv, f.addr = srv, l.Addr().String()
-	go func() { f.served <- srv.Serve(l) }()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
 	t.Cleanup(func() {
-		select {
-		case <-f.gate:
-		default:
-			close(f.gate)
-		}
 		_ = srv.Shutdown(context.Background())
-		if err := <-f.served; err != nil {
+		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return f
+	return srv, l.Addr().String()
 }
 
 func (f *fixture) dial(t *testing.T) (net.Conn, *bufio.Reader) {

@@ -3,7 +3,6 @@ package httpserve
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -93,23 +92,8 @@ func keptServer(t *testing.T, e Engine, a arena) (addr string, returned chan str
 			panic(http.ErrAbortHandler)
 		}
 	})
-	srv, err := New(h, Options{Engine: e, HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		_ = srv.Shutdown(context.Background())
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return l.Addr().String(), returned
+	_, addr = serve(t, h, Options{Engine: e, HeaderTimeout: 5 * time.Second, BodyTimeout: 5 * time.Second})
+	return addr, returned
 }
 
 // wantKept is the body /kept answers with.
