@@ -54,6 +54,7 @@ int wb_array(wbuf *b, Py_ssize_t n);
 int wb_str(wbuf *b, const char *s, Py_ssize_t n);
 int wb_bin_header(wbuf *b, Py_ssize_t n);
 int wb_bin(wbuf *b, const void *p, Py_ssize_t n);
+int wb_inline_tensor(wbuf *b, unsigned long long dtype, int ndim, const Py_ssize_t *shape, Py_ssize_t size);
 
 /* fastpath_done.c */
 PyObject *fp_usual_done(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

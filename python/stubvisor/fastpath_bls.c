@@ -115,6 +115,15 @@ int attr_true(PyObject *o, PyObject *name)
     return t;
 }
 
+PyObject *py_fallback(PyObject *f, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (f == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
+        return NULL;
+    }
+    return PyObject_Vectorcall(f, args, nargs, kwnames);
+}
+
 /* The host pb_utils calls into, when it is one whose BLS path this file
  * knows and it allows BLS now (execute runs); NULL without an exception
  * for the Python path (which raises what Python raises). */
@@ -217,7 +226,7 @@ python:
     wb_free(&tail);
     if (PyErr_Occurred())
         return NULL;
-    return PyObject_Vectorcall(py_exec, args, nargs, kwnames);
+    return py_fallback(py_exec, args, nargs, kwnames);
 fail:
     wb_free(&head);
     wb_free(&tail);
@@ -270,7 +279,7 @@ python:
     wb_free(&tail);
     if (PyErr_Occurred())
         return NULL;
-    return PyObject_Vectorcall(py_async_exec, args, nargs, kwnames);
+    return py_fallback(py_async_exec, args, nargs, kwnames);
 fail:
     Py_XDECREF(loop);
     wb_free(&head);
@@ -362,11 +371,7 @@ static PyObject *fp_request_init(PyObject *self, PyObject *const *args, Py_ssize
     Py_XSETREF(SLOT(r, r_final), Py_NewRef(Py_False));
     Py_RETURN_NONE;
 python:
-    if (py_init == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
-        return NULL;
-    }
-    return PyObject_Vectorcall(py_init, args, nargs, kwnames);
+    return py_fallback(py_init, args, nargs, kwnames);
 }
 
 /* get_output_tensor_by_name(response, name): the output called name, or
@@ -401,11 +406,7 @@ static PyObject *fp_get_output(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_DECREF(outputs);
     Py_RETURN_NONE;
 python:
-    if (py_get_output == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
-        return NULL;
-    }
-    return PyObject_Vectorcall(py_get_output, args, nargs, NULL);
+    return py_fallback(py_get_output, args, nargs, NULL);
 }
 
 /* --- setup ---------------------------------------------------------------- */

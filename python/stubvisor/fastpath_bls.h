@@ -16,6 +16,11 @@ extern long k_infer_exec, k_infer_result, flag_final_bls;
 extern long long pump_slice_ns, wait_slice_ns, preempt_gap_ns, min_budget_ns;
 extern PyObject *bls_empty, *bls_zero, *bls_one, *bls_minus_one;
 
+/* f, one of the py_* functions above, called with a compiled function's
+ * arguments: the Python function it stands in for takes every call the C
+ * code does not. */
+PyObject *py_fallback(PyObject *f, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 /* Interned names. */
 extern PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch,
     *n_cond, *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in,

@@ -284,10 +284,6 @@ PyObject *fp_loop_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_RETURN_TRUE;
 python:
-    if (py_loop_read == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
-        return NULL;
-    }
-    return PyObject_Vectorcall(py_loop_read, args, nargs, NULL);
+    return py_fallback(py_loop_read, args, nargs, NULL);
 }
 

@@ -460,11 +460,7 @@ PyObject *fp_bls_response(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if (r != NULL || PyErr_Occurred())
             return r;
     }
-    if (py_response == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "fastpath: bls not set up");
-        return NULL;
-    }
-    return PyObject_Vectorcall(py_response, args, nargs, NULL);
+    return py_fallback(py_response, args, nargs, NULL);
 }
 
 PyObject *response(PyObject *wire)

@@ -79,14 +79,9 @@ static int wb_input(wbuf *b, PyObject *t, Py_ssize_t *room)
     if (view.ndim == 0 || view.len == 0 || view.len > inline_max || view.len > *room)
         goto done;
     rc = -1;
-    if (wb_byte(b, 0x97) < 0 || wb_value(b, name) != 1 || wb_uint(b, (unsigned long long)c) < 0
-        || wb_array(b, view.ndim) < 0)
-        goto done;
-    for (int k = 0; k < view.ndim; k++)
-        if (wb_uint(b, (unsigned long long)view.shape[k]) < 0)
-            goto done;
-    if (wb_uint(b, (unsigned long long)loc_inline) < 0 || wb_byte(b, 0) < 0
-        || wb_uint(b, (unsigned long long)view.len) < 0 || wb_bin(b, view.buf, view.len) < 0)
+    if (wb_byte(b, 0x97) < 0 || wb_value(b, name) != 1
+        || wb_inline_tensor(b, (unsigned long long)c, view.ndim, view.shape, view.len) < 0
+        || wb_bin(b, view.buf, view.len) < 0)
         goto done;
     *room -= view.len;
     rc = 1;

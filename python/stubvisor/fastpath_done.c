@@ -55,14 +55,9 @@ static int put_output(wbuf *b, PyObject *t, Py_ssize_t *total)
     if (size <= 0 || size > inline_max || (view.ndim == 0 && !text))
         goto done;
     rc = -1;
-    if (wb_byte(b, 0x97) < 0 || wb_str(b, name_utf8, name_len) < 0 || wb_uint(b, code) < 0
-        || wb_array(b, view.ndim) < 0)
-        goto done;
-    for (int k = 0; k < view.ndim; k++)
-        if (wb_uint(b, (unsigned long long)view.shape[k]) < 0)
-            goto done;
-    if (wb_uint(b, (unsigned long long)loc_inline) < 0 || wb_byte(b, 0) < 0
-        || wb_uint(b, (unsigned long long)size) < 0 || wb_bin_header(b, size) < 0 || wb_room(b, size) < 0)
+    if (wb_byte(b, 0x97) < 0 || wb_str(b, name_utf8, name_len) < 0
+        || wb_inline_tensor(b, code, view.ndim, view.shape, size) < 0 || wb_bin_header(b, size) < 0
+        || wb_room(b, size) < 0)
         goto done;
     if (text)
         fp_bytes_write(&view, b->p + b->len);

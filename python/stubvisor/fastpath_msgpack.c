@@ -121,3 +121,18 @@ int wb_str(wbuf *b, const char *s, Py_ssize_t n)
                       : wb_be(b, 0xDB, (unsigned long long)n, 4);
     return rc < 0 ? -1 : wb_put(b, s, n);
 }
+
+/* What follows an inline tensor's name in its descriptor, [name, dtype,
+ * shape, LOC_INLINE, 0, size, <its bytes>], up to the bytes, which the
+ * caller writes (whole, or a bin header and then in place). */
+int wb_inline_tensor(wbuf *b, unsigned long long dtype, int ndim, const Py_ssize_t *shape, Py_ssize_t size)
+{
+    if (wb_uint(b, dtype) < 0 || wb_array(b, ndim) < 0)
+        return -1;
+    for (int k = 0; k < ndim; k++)
+        if (wb_uint(b, (unsigned long long)shape[k]) < 0)
+            return -1;
+    if (wb_uint(b, (unsigned long long)loc_inline) < 0 || wb_byte(b, 0) < 0)
+        return -1;
+    return wb_uint(b, (unsigned long long)size);
+}
