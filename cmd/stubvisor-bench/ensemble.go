@@ -263,11 +263,14 @@ func runEnsembleBench(args []string) error {
 // for each process apart (what each of the server and the stubs spent
 // per chain).
 func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d time.Duration, perProc bool, caseName string) (Stats, error) {
-	type usage struct{ tree, self map[string]schedUse }
+	type usage struct {
+		tree map[string]schedUse
+		self schedUse
+	}
 	use0 := make(chan usage, 1)
 	go func() {
 		time.Sleep(warmup)
-		use0 <- usage{procsSched(pid), procsSched(os.Getpid())}
+		use0 <- usage{procsSched(pid), pidSched(os.Getpid(), false)}
 	}()
 	samples, err := grpcLoad(addr, conc, warmup, d, true, func(ctx context.Context, client pb.GRPCInferenceServiceClient) error {
 		if err := sd.call(ctx, client, in); err != nil {
@@ -281,7 +284,7 @@ func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d 
 	if len(samples) == 0 {
 		return Stats{}, errors.New(sd.name + ": no chain completed in the measured time")
 	}
-	procs1, self1, u0 := procsSched(pid), procsSched(os.Getpid())["server"], <-use0
+	procs1, self1, u0 := procsSched(pid), pidSched(os.Getpid(), false), <-use0
 	procs0 := u0.tree
 	var sched schedUse
 	var names []string
@@ -299,7 +302,7 @@ func loadChain(addr string, pid int, sd ensSide, in []byte, conc int, warmup, d 
 	if perProc {
 		slices.Sort(names)
 		// The bench's own process (the clients) is not in the totals.
-		client := self1.sub(u0.self["server"])
+		client := self1.sub(u0.self)
 		line := fmt.Sprintf("ensemble procs %s-%s chains=%d bench=%.1fus/%.2fcs", sd.name, caseName, n,
 			float64(client.onCPU)/float64(n)/float64(time.Microsecond), float64(client.switches)/float64(n))
 		for _, name := range names {

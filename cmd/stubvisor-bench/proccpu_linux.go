@@ -79,11 +79,8 @@ func (a schedUse) sub(b schedUse) schedUse {
 // treeSched sums schedUse over root and its live descendants.
 func treeSched(root int) schedUse {
 	var u schedUse
-	for _, pu := range procsSched(root) {
-		u.onCPU += pu.onCPU
-		u.runq += pu.runq
-		u.switches += pu.switches
-		u.childSwitches += pu.childSwitches
+	for _, pid := range treePIDs(root) {
+		u = u.add(pidSched(pid, pid != root))
 	}
 	return u
 }
@@ -94,30 +91,6 @@ func treeSched(root int) schedUse {
 func procsSched(root int) map[string]schedUse {
 	out := map[string]schedUse{}
 	for _, pid := range treePIDs(root) {
-		var u schedUse
-		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*")
-		for _, task := range tasks {
-			if b, err := os.ReadFile(task + "/schedstat"); err == nil {
-				if f := bytes.Fields(b); len(f) >= 2 {
-					on, _ := strconv.ParseInt(string(f[0]), 10, 64)
-					wait, _ := strconv.ParseInt(string(f[1]), 10, 64)
-					u.onCPU += time.Duration(on)
-					u.runq += time.Duration(wait)
-				}
-			}
-			if b, err := os.ReadFile(task + "/status"); err == nil {
-				for _, line := range bytes.Split(b, []byte("\n")) {
-					if bytes.HasPrefix(line, []byte("voluntary_ctxt_switches:")) || bytes.HasPrefix(line, []byte("nonvoluntary_ctxt_switches:")) {
-						f := bytes.Fields(line)
-						n, _ := strconv.ParseInt(string(f[len(f)-1]), 10, 64)
-						u.switches += n
-						if pid != root {
-							u.childSwitches += n
-						}
-					}
-				}
-			}
-		}
 		name := "server"
 		if pid != root {
 			name = strconv.Itoa(pid)
@@ -127,9 +100,39 @@ func procsSched(root int) map[string]schedUse {
 				}
 			}
 		}
-		out[name] = out[name].add(u)
+		out[name] = out[name].add(pidSched(pid, pid != root))
 	}
 	return out
+}
+
+// pidSched is schedUse over the threads of one process; a descendant's
+// context switches count in childSwitches too.
+func pidSched(pid int, descendant bool) schedUse {
+	var u schedUse
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/[0-9]*")
+	for _, task := range tasks {
+		if b, err := os.ReadFile(task + "/schedstat"); err == nil {
+			if f := bytes.Fields(b); len(f) >= 2 {
+				on, _ := strconv.ParseInt(string(f[0]), 10, 64)
+				wait, _ := strconv.ParseInt(string(f[1]), 10, 64)
+				u.onCPU += time.Duration(on)
+				u.runq += time.Duration(wait)
+			}
+		}
+		if b, err := os.ReadFile(task + "/status"); err == nil {
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				if bytes.HasPrefix(line, []byte("voluntary_ctxt_switches:")) || bytes.HasPrefix(line, []byte("nonvoluntary_ctxt_switches:")) {
+					f := bytes.Fields(line)
+					n, _ := strconv.ParseInt(string(f[len(f)-1]), 10, 64)
+					u.switches += n
+					if descendant {
+						u.childSwitches += n
+					}
+				}
+			}
+		}
+	}
+	return u
 }
 
 func (a schedUse) add(b schedUse) schedUse {
