@@ -229,6 +229,22 @@ static int channel_closed(RingObject *r)
     return is_closed;
 }
 
+/* Take the send lock and queue one frame while the channel is open and the
+ * peer alive: 1 when queued, 0 for the Python path, -1 with an exception. */
+static int push_open(RingObject *r, Py_buffer *view, int wake)
+{
+    if (call_lock(r->acquire) < 0)
+        return -1;
+    int rc = 0, closed = channel_closed(r);
+    if (closed < 0)
+        rc = -1;
+    else if (!closed && !__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
+        rc = push_locked(r, view, wake);
+    if (call_lock(r->release) < 0)
+        return -1;
+    return rc;
+}
+
 /* push(data): take the send lock, queue one frame and wake the reader if
  * it sleeps; True when done, False when the Python path must (the channel
  * is closed or the peer dead, the frame must wrap or wait for room, or is
@@ -238,25 +254,8 @@ static PyObject *ring_push(RingObject *r, PyObject *data)
     Py_buffer view;
     if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    int rc = 0;
-    PyObject *got = PyObject_CallNoArgs(r->acquire);
-    if (got == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    Py_DECREF(got);
-    PyObject *closed = PyObject_GetAttr(r->channel, str_closed);
-    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-    Py_XDECREF(closed);
-    if (is_closed < 0)
-        rc = -1;
-    else if (!is_closed && !__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
-        rc = push_locked(r, &view, 1);
+    int rc = push_open(r, &view, 1);
     PyBuffer_Release(&view);
-    got = PyObject_CallNoArgs(r->release);
-    if (got == NULL)
-        return NULL;
-    Py_DECREF(got);
     if (rc < 0)
         return NULL;
     return Py_NewRef(rc ? Py_True : Py_False);
@@ -297,16 +296,7 @@ int fp_ring_push_buf(PyObject *o, const void *p, Py_ssize_t n, int wake)
     if (!Py_IS_TYPE(o, &RingType) || r->acquire == NULL)
         return 0;
     Py_buffer view = {.buf = (void *)p, .len = n};
-    if (call_lock(r->acquire) < 0)
-        return -1;
-    int rc = 0, closed = channel_closed(r);
-    if (closed < 0)
-        rc = -1;
-    else if (!closed && !__atomic_load_n(r->dead, __ATOMIC_ACQUIRE))
-        rc = push_locked(r, &view, wake);
-    if (call_lock(r->release) < 0)
-        return -1;
-    return rc;
+    return push_open(r, &view, wake);
 }
 
 PyObject *fp_ring_pop(PyObject *o, fp_decode decode)
