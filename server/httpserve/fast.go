@@ -360,8 +360,9 @@ func (b *bridgeBody) Close() error { return nil }
 
 // bridgeWriter is a bridged request's http.ResponseWriter: the status and
 // headers go to fasthttp's response at WriteHeader, the body into its
-// buffer, or into kept once the handler asked for a KeepWriter. Read deadlines reach the connection (http.ResponseController),
-// which is how a handler bounds a stalled body.
+// buffer, or into kept once the handler asked for a KeepWriter. Read
+// deadlines reach the connection (http.ResponseController), which is how a
+// handler bounds a stalled body.
 type bridgeWriter struct {
 	ctx   *fasthttp.RequestCtx
 	h     http.Header
