@@ -53,7 +53,7 @@ fastpath: $(FASTPATH)
 
 FASTPATH_SRC  := $(wildcard python/stubvisor/fastpath*.c)
 
-$(FASTPATH): $(FASTPATH_SRC) python/stubvisor/fastpath.h
+$(FASTPATH): $(FASTPATH_SRC) $(wildcard python/stubvisor/fastpath*.h)
 	@test -n "$(PY_EXT_SUFFIX)" && test -f "$(PY_INCLUDE)/Python.h" || { \
 		echo "fastpath: $(PYTHON) has no Python.h (apt-get install python3-dev)"; exit 1; }
 	$(CC) -shared -fPIC -O2 -Wall -fno-strict-aliasing -fvisibility=hidden -I$(PY_INCLUDE) -o $(@D)/.fastpath.tmp $(FASTPATH_SRC) && mv $(@D)/.fastpath.tmp $@

@@ -215,9 +215,12 @@ class BLSMixin:
                 # recv_held(0) goes through a whole wait.
                 while True:
                     msg = ch.recv_held(0)
+                    if msg is None:
+                        break
+                    msg = self._hand_over(msg)
                     if msg is not None:
                         msgs.append(msg)
-                    if msg is None or len(msgs) >= 64 or not ch.wait_message(0):
+                    if len(msgs) >= 64 or not ch.wait_message(0):
                         break
         except _PeerDead:
             _exit_now(1)

@@ -27,7 +27,7 @@ extern PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main
     *n_cursor, *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all,
     *n_wake_due, *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11],
     *n_async_ready, *n_loop_reading, *n_cond_waiters, *n_async_done, *n_return_blocks, *n_cancelled, *n_set_result,
-    *n_recv_held, *n_clear;
+    *n_recv_held, *n_clear, *n_hand_over;
 
 /* The host's objects that never change after its __init__ (one Host per
  * process; tests make several, one after another). */
@@ -56,6 +56,7 @@ static inline uint32_t xchg4(uint32_t *p, uint32_t v)
 
 /* fastpath_bls_recv.c */
 int dispatch(PyObject *msg, PyObject *loop);
+PyObject *hand_over(PyObject *msg);
 int wait_answer(PyObject *call);
 PyObject *response(PyObject *wire);
 PyObject *fp_bls_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -182,10 +182,19 @@ static PyObject *read_messages(long long wait)
             Py_DECREF(msg);
             msg = PyObject_CallMethodOneArg(hc.ch, n_recv_held, bls_zero);
         }
-        if (msg == NULL || msg == Py_None || PyList_Append(msgs, msg) < 0) {
-            if (msg == NULL || msg != Py_None)
-                Py_CLEAR(msgs);
+        if (msg == Py_None) {
+            Py_DECREF(msg);
+            break;
+        }
+        if (msg != NULL)
+            msg = hand_over(msg);
+        if (msg == Py_None) {
+            Py_DECREF(msg); /* a command, queued for the main thread */
+            continue;
+        }
+        if (msg == NULL || PyList_Append(msgs, msg) < 0) {
             Py_XDECREF(msg);
+            Py_CLEAR(msgs);
             break;
         }
         Py_DECREF(msg);

@@ -229,6 +229,23 @@ int dispatch(PyObject *msg, PyObject *loop)
     return r == NULL ? -1 : 0;
 }
 
+/* Host._hand_over of a message read with the reader lock held, before
+ * the lock goes: a command is queued for the main thread now. InferResults,
+ * the usual message, need no look. Steals msg; returns msg, None (queued)
+ * or NULL with an exception. */
+PyObject *hand_over(PyObject *msg)
+{
+    if (PyList_CheckExact(msg) && PyList_GET_SIZE(msg) > 0) {
+        PyObject *kind = PyList_GET_ITEM(msg, 0);
+        if (PyLong_CheckExact(kind) && PyLong_AsLong(kind) == k_infer_result)
+            return msg;
+        PyErr_Clear();
+    }
+    PyObject *r = PyObject_CallMethodOneArg(hc.host, n_hand_over, msg);
+    Py_DECREF(msg);
+    return r;
+}
+
 /* Notify the threads asleep on the host's condition, if any (_wait, after
  * a read). */
 static int notify_waiters(void)
@@ -318,6 +335,12 @@ int wait_answer(PyObject *call)
             PyErr_Clear();
             python = 1;
         }
+        if (msg != NULL && (msg = hand_over(msg)) == NULL) {
+            call0(hc.reader_release);
+            return -1;
+        }
+        if (msg == Py_None)
+            Py_CLEAR(msg);
         if (call0(hc.reader_release) < 0) {
             Py_XDECREF(msg);
             return -1;

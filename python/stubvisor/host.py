@@ -305,6 +305,18 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
             self._beat_wake.set()
         return msg
 
+    def _hand_over(self, msg):
+        """For a thread other than the main one, with the reader lock
+        held: queue a command for the main thread before the lock goes
+        (None), or return msg for _dispatch after it. The main thread
+        looks at its queue under the lock and then sleeps on the ring
+        until the next message: a command queued after that look would
+        wait for a message that may never come."""
+        if msg[M_KIND] in _COMMANDS:
+            self._commands.append(msg)
+            return None
+        return msg
+
     def _dispatch(self, msg):
         """Handle a message read by whoever holds the reader lock."""
         kind = msg[M_KIND]
@@ -371,6 +383,8 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                         if ready():
                             return
                     msg = self.ch.recv_held(_PUMP_SLICE)
+                    if msg is not None:
+                        msg = self._hand_over(msg)
                 except _PeerDead:
                     _exit_now(1)
                 finally:
@@ -399,7 +413,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                 msg = self.ch.recv_held(0)
                 if msg is None:
                     break
-                msgs.append(msg)
+                msg = self._hand_over(msg)
+                if msg is not None:
+                    msgs.append(msg)
         except _PeerDead:
             _exit_now(1)
         finally:

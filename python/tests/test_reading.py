@@ -1,0 +1,102 @@
+"""The reader lock's hand-over: a command that a thread other than the
+main one reads from the ring (a BLS call pumping, the heartbeat's drain,
+the event loop reading its async_exec answers) reaches the main thread
+even when no other message follows it. The main thread looks at its
+command queue under the reader lock and then sleeps on the ring, so a
+reader that queued the command only after letting go of the lock could
+leave it asleep with the command queued (a decoupled model's next request
+then waited for an unrelated message)."""
+
+import os
+import queue
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from stubvisor import ipc  # noqa: E402
+
+from .stubharness import WAIT, add_sub_host  # noqa: E402
+
+
+class _GatedReader:
+    """The host's reader lock, which pauses the reading thread right after
+    it lets go of the lock with the command read: until the main thread
+    has taken the command, or sleeps on the ring without it."""
+
+    def __init__(self, host, ring_empty):
+        self.lock = host._reader
+        self.ring_empty = ring_empty
+        self.reader = None  # the thread under test
+        self.sent = threading.Event()
+        self.go = threading.Event()  # the main thread may look now
+        self.took = threading.Event()  # the main thread has the command
+        self.sleeping = host.ch._in.reader_sleeping
+
+    def acquire(self, *args, **kwargs):
+        return self.lock.acquire(*args, **kwargs)
+
+    def release(self):
+        self.lock.release()
+        if threading.current_thread() is not self.reader or self.go.is_set():
+            return
+        if not (self.sent.is_set() and self.ring_empty()):
+            return
+        self.go.set()
+        deadline = time.monotonic() + WAIT
+        while not self.took.is_set() and not self.sleeping.value and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+
+class HandOverTest(unittest.TestCase):
+    def test_command_read_by_another_thread(self):
+        stop = threading.Event()
+        cases = {
+            "a BLS call pumping (_wait)": lambda host, gate: host._wait(stop.is_set),
+            "the heartbeat's drain": lambda host, gate: gate.sent.wait(WAIT) and host._drain(),
+            "the event loop's read": lambda host, gate: gate.sent.wait(WAIT) and host._loop_read(object(), WAIT),
+        }
+        for name, read in cases.items():
+            with self.subTest(name):
+                stop.clear()
+                sup, host = add_sub_host(self)
+                ring = host.ch._in
+                taken = queue.Queue()
+                gate = _GatedReader(host, lambda: ring.cursor == ring.load_tail())
+                host._reader = gate
+                gate.reader = threading.Thread(target=read, args=(host, gate), daemon=True)
+
+                def main_thread():
+                    if gate.go.wait(WAIT):
+                        taken.put(host._next_command())
+                        gate.took.set()
+
+                main = threading.Thread(target=main_thread, daemon=True)
+                gate.reader.start()
+                main.start()
+
+                def unblock(main=main, reader=gate.reader, sup=sup):
+                    stop.set()
+                    if main.is_alive():
+                        # A message of no consequence wakes a main thread
+                        # left asleep on the ring.
+                        sup.send([ipc.KIND_RELEASE, 0, []])
+                    main.join(WAIT)
+                    reader.join(WAIT)
+
+                self.addCleanup(unblock)
+                command = [ipc.KIND_EXECUTE, 7, []]
+                sup.send(command)
+                gate.sent.set()
+                try:
+                    got = taken.get(timeout=2)
+                except queue.Empty:
+                    self.fail("the main thread did not get the command another thread read")
+                self.assertEqual(got[:2], command[:2])
+                unblock()
+
+
+if __name__ == "__main__":
+    unittest.main()
