@@ -10,7 +10,7 @@ reads the ring itself while idle. Code that needs a message while execute
 runs (is_cancelled(), a BLS call waiting for its InferResult, possibly on
 another thread) "pumps": it takes the reader lock, reads, and dispatches:
 Release, Cancel and InferResult are handled on the spot, commands are
-queued for the main thread. Only one thread is ever inside recv. The
+queued for the main thread before the lock goes (_hand_over). Only one thread is ever inside recv. The
 asyncio loop of async execute pumps too, from its selector, while its
 async_exec calls are open (bls.py, BLSLoop).
 
