@@ -1267,7 +1267,7 @@ class InferenceRequest:
             raise TypeError("async_exec(): decoupled must not be None")
         loop = asyncio.get_running_loop()
         rt = _runtime
-        if not decoupled and rt is not None and rt.bls_allowed() and not rt.decoupled:
+        if not decoupled and rt is not None and rt.bls_allowed():
             # Sent from the loop, resolved there: no executor thread.
             return rt.bls_async(self, loop)
         return loop.run_in_executor(None, functools.partial(self.exec, bool(decoupled)))

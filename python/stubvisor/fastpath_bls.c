@@ -27,7 +27,7 @@ long k_infer_exec, k_infer_result, flag_final_bls;
 long long pump_slice_ns, wait_slice_ns, preempt_gap_ns, min_budget_ns;
 PyObject *bls_empty, *bls_zero, *bls_one, *bls_minus_one;
 static PyObject *future_type, *kw_loop;
-PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch, *n_cond,
+PyObject *n_runtime, *n_initialized, *n_finalizing, *n_main_waiting, *n_async_open, *n_ch, *n_cond,
     *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in, *n_cursor,
     *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_wake_due,
     *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11], *n_async_ready,
@@ -249,11 +249,6 @@ static PyObject *fp_request_async_exec(PyObject *self, PyObject *const *args, Py
         goto fail; /* no running loop: asyncio's RuntimeError, as in Python */
     if (!Py_IS_TYPE(loop, bls_loop_type) || (host = usual_host()) == NULL)
         goto python;
-    int dec = attr_true(host, n_decoupled);
-    if (dec != 0) {
-        PyErr_Clear();
-        goto python;
-    }
     int rc = encode_request(args[0], &head, &tail);
     if (rc < 0)
         goto fail;
@@ -524,7 +519,6 @@ int fp_bls_ready(PyObject *m)
     INTERN(n_runtime, "_runtime")
     INTERN(n_initialized, "initialized")
     INTERN(n_finalizing, "finalizing")
-    INTERN(n_decoupled, "decoupled")
     INTERN(n_main_waiting, "_main_waiting")
     INTERN(n_async_open, "_async_open")
     INTERN(n_ch, "ch")

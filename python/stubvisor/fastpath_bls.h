@@ -22,7 +22,7 @@ extern PyObject *bls_empty, *bls_zero, *bls_one, *bls_minus_one;
 PyObject *py_fallback(PyObject *f, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
 /* Interned names. */
-extern PyObject *n_runtime, *n_initialized, *n_finalizing, *n_decoupled, *n_main_waiting, *n_async_open, *n_ch,
+extern PyObject *n_runtime, *n_initialized, *n_finalizing, *n_main_waiting, *n_async_open, *n_ch,
     *n_cond, *n_lock, *n_waiters, *n_calls, *n_reader, *n_call_ids, *n_inline_room, *n_fast_in, *n_fast_out, *n_in,
     *n_cursor, *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all,
     *n_wake_due, *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11],
