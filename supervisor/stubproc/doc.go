@@ -23,6 +23,7 @@
 //	staged.go       StageInputs: arena blocks lent to a front end to read inputs into
 //	classify.go     the classification extension (labels, top-k)
 //	bls.go          the stub's side of BLS and of the model loading API
+//	workers.go      the goroutines that serve BLS calls, kept with their grown stacks
 //	stubshm.go      client regions as one stub sees them (lifeline, MapRegion)
 //	logs.go         stub stdout/stderr and Log messages into the logger
 //	launch_linux.go the launcher thread that forks stubs (launch_other.go elsewhere)

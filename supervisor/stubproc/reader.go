@@ -164,7 +164,7 @@ func (p *Proc) handle(m ipc.Message) {
 	case *ipc.LogMsg:
 		p.log.Log(stubLogLevel(m.Level), m.Message, "file", fmt.Sprintf("%s:%d", m.File, m.Line))
 	case *ipc.InferExecMsg:
-		go p.host.BLS(p, m, nil)
+		blsWorkers.run(func() { p.host.BLS(p, m, nil) })
 	case *ipc.FreeMsg:
 		p.freeOwn(m.Offsets)
 	case *ipc.InferCancelMsg:
