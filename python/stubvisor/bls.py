@@ -179,6 +179,8 @@ class BLSMixin:
         with self._cond:
             calls = self._async_ready.pop(loop, ())
             self._async_open -= len(calls)
+            if not self._async_open and self._loop_reads:
+                self._main_wake.set()  # the main thread reads again (_await_loop)
         for call in calls:
             future = call.waker[1]
             result = None

@@ -32,7 +32,7 @@ PyObject *n_runtime, *n_initialized, *n_finalizing, *n_main_waiting, *n_async_op
     *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all, *n_wake_due,
     *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11], *n_async_ready,
     *n_loop_reading, *n_cond_waiters, *n_async_done, *n_return_blocks, *n_cancelled, *n_set_result, *n_recv_held,
-    *n_clear, *n_hand_over;
+    *n_clear, *n_hand_over, *n_loop_reads, *n_main_wake, *n_set;
 
 /* --- the host, looked up once ----------------------------------------------- */
 
@@ -557,6 +557,9 @@ int fp_bls_ready(PyObject *m)
     INTERN(n_recv_held, "recv_held")
     INTERN(n_clear, "clear")
     INTERN(n_hand_over, "_hand_over")
+    INTERN(n_loop_reads, "_loop_reads")
+    INTERN(n_main_wake, "_main_wake")
+    INTERN(n_set, "set")
     INTERN(bls_empty, "")
 #undef INTERN
     for (int j = 0; j < A_N; j++)

@@ -27,7 +27,7 @@ extern PyObject *n_runtime, *n_initialized, *n_finalizing, *n_main_waiting, *n_a
     *n_cursor, *n_closed, *n_ppid, *n_spin_ns, *n_budget, *n_acquire, *n_release, *n_notify_all,
     *n_wake_due, *n_send_frame, *n_dispatch, *n_wait, *n_len, *n_append, *n_popleft, *n_params_kw[11],
     *n_async_ready, *n_loop_reading, *n_cond_waiters, *n_async_done, *n_return_blocks, *n_cancelled, *n_set_result,
-    *n_recv_held, *n_clear, *n_hand_over;
+    *n_recv_held, *n_clear, *n_hand_over, *n_loop_reads, *n_main_wake, *n_set;
 
 /* The host's objects that never change after its __init__ (one Host per
  * process; tests make several, one after another). */

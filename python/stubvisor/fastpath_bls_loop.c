@@ -65,6 +65,14 @@ static int resolve(PyObject *loop)
         PyObject *count = open_ ? PyLong_FromSsize_t(n) : NULL;
         PyObject *left = count ? PyNumber_Subtract(open_, count) : NULL;
         rc = left == NULL ? -1 : PyObject_SetAttr(hc.host, n_async_open, left);
+        if (rc == 0 && PyObject_Not(left) == 1 && attr_true(hc.host, n_loop_reads) > 0) {
+            /* As _resolve_ready: the main thread reads again (_await_loop). */
+            PyObject *wake = PyObject_GetAttr(hc.host, n_main_wake);
+            PyObject *n = wake ? PyObject_CallMethodNoArgs(wake, n_set) : NULL;
+            rc = n == NULL ? -1 : 0;
+            Py_XDECREF(n);
+            Py_XDECREF(wake);
+        }
         Py_XDECREF(open_);
         Py_XDECREF(count);
         Py_XDECREF(left);

@@ -154,6 +154,12 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         self._async_open = 0
         self._async_ready = {}  # event loop -> its calls whose final response is in
         self._loop_reading = False  # a BLSLoop's thread dispatches what it read (bls.py)
+        # A decoupled model's BLSLoop: while its async_exec calls are open,
+        # its thread reads the channel and the main thread waits for
+        # commands instead (_next_command), so that answers reach the loop
+        # without a hand-off.
+        self._loop_reads = False
+        self._main_wake = threading.Event()  # set for such a main thread: a command, or the calls ended
         self._pump_started = False
         self._pump_wake = threading.Event()
         self._call_ids = itertools.count(1)
@@ -261,6 +267,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         while True:
             if commands:
                 return self._took(commands.popleft())
+            if self._loop_reads and self._async_open:
+                self._await_loop()
+                continue
             # Positional arguments, and the untimed try first: keywords and
             # a timed acquire cost about 1.5k instructions more. Pumping
             # threads leave the lock to the main thread while it waits
@@ -296,6 +305,15 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
                 return msg
             self._dispatch(msg)
 
+    def _await_loop(self):
+        """The main thread of a decoupled model whose event loop reads
+        the channel (its async_exec calls are open): wait until a command
+        is handed over or the calls end, a busy period at most."""
+        wake = self._main_wake
+        wake.clear()
+        if not self._commands and self._async_open:
+            wake.wait(_BUSY_PERIOD)
+
     def _took(self, msg):
         """Note that the main thread took a command (it is busy now), and
         wake the heartbeat thread if it sleeps an idle period."""
@@ -314,6 +332,8 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         wait for a message that may never come."""
         if msg[M_KIND] in _COMMANDS:
             self._commands.append(msg)
+            if self._loop_reads:
+                self._main_wake.set()
             return None
         return msg
 

@@ -172,6 +172,7 @@ class LifecycleMixin:
                     # (bls.py), unless the model installed a loop policy.
                     if type(asyncio.get_event_loop_policy()) is asyncio.DefaultEventLoopPolicy:
                         loop = BLSLoop(self)
+                        self._loop_reads = self.decoupled
                     else:
                         loop = asyncio.new_event_loop()
                     threading.Thread(target=loop.run_forever, name="stubvisor-asyncio", daemon=True).start()

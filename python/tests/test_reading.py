@@ -97,6 +97,35 @@ class HandOverTest(unittest.TestCase):
                 self.assertEqual(got[:2], command[:2])
                 unblock()
 
+    def test_loop_reads_while_a_decoupled_models_calls_are_open(self):
+        """A decoupled model's main thread leaves the channel to its event
+        loop while async_exec calls are open: the loop's read gets the
+        reader lock and hands the command it read to the main thread."""
+        sup, host = add_sub_host(self)
+        host._loop_reads = True
+        host._async_open = 1  # an async_exec call in flight
+        taken = queue.Queue()
+        main = threading.Thread(target=lambda: taken.put(host._next_command()), daemon=True)
+        main.start()
+
+        def unblock():
+            host._async_open = 0
+            host._main_wake.set()
+            main.join(WAIT)
+
+        self.addCleanup(unblock)
+        # The main thread waits for commands without the reader lock.
+        deadline = time.monotonic() + WAIT
+        while not host._main_wake._cond._waiters:
+            self.assertLess(time.monotonic(), deadline, "the main thread did not wait for the loop")
+            time.sleep(0.001)
+        self.assertFalse(host._reader.locked())
+        command = [ipc.KIND_EXECUTE, 8, []]
+        sup.send(command)
+        self.assertTrue(host._loop_read(object(), WAIT), "the loop's read did not get the reader lock")
+        got = taken.get(timeout=WAIT)
+        self.assertEqual(got[:2], command[:2])
+
 
 if __name__ == "__main__":
     unittest.main()
