@@ -10,9 +10,11 @@ reads the ring itself while idle. Code that needs a message while execute
 runs (is_cancelled(), a BLS call waiting for its InferResult, possibly on
 another thread) "pumps": it takes the reader lock, reads, and dispatches:
 Release, Cancel and InferResult are handled on the spot, commands are
-queued for the main thread before the lock goes (_hand_over). Only one thread is ever inside recv. The
-asyncio loop of async execute pumps too, from its selector, while its
-async_exec calls are open (bls.py, BLSLoop).
+queued for the main thread before the lock goes (_hand_over). Only one
+thread is ever inside recv. The asyncio loop of async execute pumps too,
+from its selector, while its async_exec calls are open (bls.py, BLSLoop);
+in a decoupled model the main thread then leaves the channel to it
+(_await_loop).
 
 Memory. Outputs are written into the stub's arena (arena 1): one alloc and
 one copy per tensor (at most 1 KiB: in the message instead); the
