@@ -130,13 +130,11 @@ class BLSMixin:
         """async_exec of a call that is not decoupled: the call is sent
         from the event loop's thread, and the future it returns is
         resolved there once the final response is in (no executor thread
-        per call). In a model that is not decoupled the main thread waits
-        for the coroutine without reading, so the loop's thread reads the
-        channel itself while it has nothing else to do (BLSLoop); in a
-        decoupled one the main thread, idle between requests, reads the
-        answers and hands them to the loop (one wake-up for those that
-        end together); on a loop of the model's own, the stub's pump
-        thread reads."""
+        per call). The main thread does not read meanwhile (it waits for
+        the coroutine, or in a decoupled model for a command the loop
+        hands over: _await_loop), so the loop's thread reads the channel
+        itself while it has nothing else to do (BLSLoop); on a loop of the
+        model's own, the stub's pump thread reads."""
         self._check_owner("BLS")
         future = loop.create_future()
         call = self._send_call(request, False, (loop, future))
