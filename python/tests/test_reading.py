@@ -126,6 +126,53 @@ class HandOverTest(unittest.TestCase):
         got = taken.get(timeout=WAIT)
         self.assertEqual(got[:2], command[:2])
 
+    def test_main_thread_reads_again_once_the_calls_end(self):
+        """When a decoupled model's last async_exec call is resolved, its
+        main thread goes back to the channel at once, not after the
+        bound of its wait (made longer than the test here)."""
+        import asyncio
+
+        from stubvisor import bls
+        from stubvisor import host as hostmod
+
+        sup, host = add_sub_host(self)
+        saved = hostmod._BUSY_PERIOD
+        hostmod._BUSY_PERIOD = 10 * WAIT
+        self.addCleanup(setattr, hostmod, "_BUSY_PERIOD", saved)
+        loop = asyncio.new_event_loop()
+        self.addCleanup(loop.close)
+        call = bls._Call(host, 1)
+        call.waker = (loop, loop.create_future())
+        call.queue.append([1, ipc.FLAG_FINAL, None, [], ""])
+        host._loop_reads = True
+        host._async_open = 1
+        host._async_ready[loop] = [call]
+        taken = queue.Queue()
+        main = threading.Thread(target=lambda: taken.put(host._next_command()), daemon=True)
+        main.start()
+
+        def unblock():
+            if main.is_alive():
+                host._async_open = 0
+                host._main_wake.set()
+                sup.send([ipc.KIND_RELEASE, 0, []])
+            main.join(WAIT)
+
+        self.addCleanup(unblock)
+        deadline = time.monotonic() + WAIT
+        while not host._main_wake._cond._waiters:
+            self.assertLess(time.monotonic(), deadline, "the main thread did not wait for the loop")
+            time.sleep(0.001)
+        host._resolve_ready(loop)  # the call's final answer: none open
+        self.assertTrue(call.waker[1].done())
+        command = [ipc.KIND_EXECUTE, 9, []]
+        sup.send(command)
+        try:
+            got = taken.get(timeout=2)
+        except queue.Empty:
+            self.fail("the main thread did not read again once the calls ended")
+        self.assertEqual(got[:2], command[:2])
+
 
 if __name__ == "__main__":
     unittest.main()
