@@ -49,6 +49,21 @@ static PyObject *call_result(PyObject *call)
     return result != NULL ? result : Py_NewRef(Py_None);
 }
 
+/* As _resolve_ready once no async_exec call is open: a decoupled model's
+ * main thread reads the channel again (_await_loop). 0, or -1 with an
+ * exception. */
+static int calls_ended(void)
+{
+    int reads = attr_true(hc.host, n_loop_reads);
+    if (reads <= 0)
+        return reads;
+    PyObject *wake = PyObject_GetAttr(hc.host, n_main_wake);
+    PyObject *n = wake ? PyObject_CallMethodNoArgs(wake, n_set) : NULL;
+    Py_XDECREF(wake);
+    Py_XDECREF(n);
+    return n == NULL ? -1 : 0;
+}
+
 /* _resolve_ready on the loop's thread: the calls of loop whose final
  * response is in, each future resolved with its result. */
 static int resolve(PyObject *loop)
@@ -65,13 +80,9 @@ static int resolve(PyObject *loop)
         PyObject *count = open_ ? PyLong_FromSsize_t(n) : NULL;
         PyObject *left = count ? PyNumber_Subtract(open_, count) : NULL;
         rc = left == NULL ? -1 : PyObject_SetAttr(hc.host, n_async_open, left);
-        if (rc == 0 && PyObject_Not(left) == 1 && attr_true(hc.host, n_loop_reads) > 0) {
-            /* As _resolve_ready: the main thread reads again (_await_loop). */
-            PyObject *wake = PyObject_GetAttr(hc.host, n_main_wake);
-            PyObject *n = wake ? PyObject_CallMethodNoArgs(wake, n_set) : NULL;
-            rc = n == NULL ? -1 : 0;
-            Py_XDECREF(n);
-            Py_XDECREF(wake);
+        if (rc == 0) {
+            int none = PyObject_Not(left);
+            rc = none < 0 || (none && calls_ended() < 0) ? -1 : 0;
         }
         Py_XDECREF(open_);
         Py_XDECREF(count);

@@ -340,7 +340,9 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         return msg
 
     def _dispatch(self, msg):
-        """Handle a message read by whoever holds the reader lock."""
+        """Handle a message that is not a command, read by whoever holds
+        the reader lock (commands go to the main thread: _next_command
+        returns those it reads, _hand_over queues the others')."""
         kind = msg[M_KIND]
         if kind == _K_RELEASE:
             self._free_owned(msg[RELEASE_OFFSETS])
@@ -380,10 +382,6 @@ class Host(LifecycleMixin, ExecuteMixin, ResponsesMixin, BLSMixin):
         elif kind == _K_IS_READY:
             # The supervisor asks one instance once at a time.
             threading.Thread(target=self._on_is_ready, args=(msg,), name="stubvisor-is-ready", daemon=True).start()
-        elif kind in _COMMANDS:
-            self._commands.append(msg)
-            with self._cond:
-                self._cond.notify_all()
         else:
             self._diag("WARNING", "stub ignored a message of unknown kind %r" % (kind,))
 

@@ -97,28 +97,36 @@ class HandOverTest(unittest.TestCase):
                 self.assertEqual(got[:2], command[:2])
                 unblock()
 
-    def test_loop_reads_while_a_decoupled_models_calls_are_open(self):
-        """A decoupled model's main thread leaves the channel to its event
-        loop while async_exec calls are open: the loop's read gets the
-        reader lock and hands the command it read to the main thread."""
-        sup, host = add_sub_host(self)
+    def _main_awaiting_loop(self, sup, host):
+        """Start the main thread of a decoupled model with an async_exec
+        call open and wait until it waits for the loop (without the
+        reader lock); returns the queue it puts its next command in."""
         host._loop_reads = True
-        host._async_open = 1  # an async_exec call in flight
+        host._async_open = 1
         taken = queue.Queue()
         main = threading.Thread(target=lambda: taken.put(host._next_command()), daemon=True)
         main.start()
 
         def unblock():
-            host._async_open = 0
-            host._main_wake.set()
+            if main.is_alive():
+                host._async_open = 0
+                host._main_wake.set()
+                sup.send([ipc.KIND_RELEASE, 0, []])  # for a main thread back on the ring
             main.join(WAIT)
 
         self.addCleanup(unblock)
-        # The main thread waits for commands without the reader lock.
         deadline = time.monotonic() + WAIT
         while not host._main_wake._cond._waiters:
             self.assertLess(time.monotonic(), deadline, "the main thread did not wait for the loop")
             time.sleep(0.001)
+        return taken
+
+    def test_loop_reads_while_a_decoupled_models_calls_are_open(self):
+        """A decoupled model's main thread leaves the channel to its event
+        loop while async_exec calls are open: the loop's read gets the
+        reader lock and hands the command it read to the main thread."""
+        sup, host = add_sub_host(self)
+        taken = self._main_awaiting_loop(sup, host)
         self.assertFalse(host._reader.locked())
         command = [ipc.KIND_EXECUTE, 8, []]
         sup.send(command)
@@ -144,25 +152,8 @@ class HandOverTest(unittest.TestCase):
         call = bls._Call(host, 1)
         call.waker = (loop, loop.create_future())
         call.queue.append([1, ipc.FLAG_FINAL, None, [], ""])
-        host._loop_reads = True
-        host._async_open = 1
+        taken = self._main_awaiting_loop(sup, host)
         host._async_ready[loop] = [call]
-        taken = queue.Queue()
-        main = threading.Thread(target=lambda: taken.put(host._next_command()), daemon=True)
-        main.start()
-
-        def unblock():
-            if main.is_alive():
-                host._async_open = 0
-                host._main_wake.set()
-                sup.send([ipc.KIND_RELEASE, 0, []])
-            main.join(WAIT)
-
-        self.addCleanup(unblock)
-        deadline = time.monotonic() + WAIT
-        while not host._main_wake._cond._waiters:
-            self.assertLess(time.monotonic(), deadline, "the main thread did not wait for the loop")
-            time.sleep(0.001)
         host._resolve_ready(loop)  # the call's final answer: none open
         self.assertTrue(call.waker[1].done())
         command = [ipc.KIND_EXECUTE, 9, []]
@@ -172,7 +163,6 @@ class HandOverTest(unittest.TestCase):
         except queue.Empty:
             self.fail("the main thread did not read again once the calls ended")
         self.assertEqual(got[:2], command[:2])
-
 
 if __name__ == "__main__":
     unittest.main()
