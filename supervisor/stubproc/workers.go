@@ -34,10 +34,18 @@ func (w *workers) work(f func()) {
 			w.parked.Add(-1)
 			return
 		}
-		f = <-w.idle
+		next, ok := <-w.idle
 		w.parked.Add(-1)
+		if !ok {
+			return
+		}
+		f = next
 	}
 }
+
+// stop ends the parked workers; run must not be called after it. The
+// process's own pool lives as long as the process: only tests stop theirs.
+func (w *workers) stop() { close(w.idle) }
 
 // blsWorkers serve the InferExec messages of every stub.
 var blsWorkers = newWorkers()

@@ -21,6 +21,7 @@ func parkedWithin(t *testing.T, w *workers, n int32) {
 func TestWorkersRunEveryFunctionOnce(t *testing.T) {
 	for _, n := range []int{1, 10, 3 * maxParkedWorkers} {
 		w := newWorkers()
+		t.Cleanup(w.stop)
 		var mu sync.Mutex
 		ran := make(map[int]int)
 		var wg sync.WaitGroup
@@ -48,6 +49,7 @@ func TestWorkersRunEveryFunctionOnce(t *testing.T) {
 // A busy worker does not hold up the next function: run starts another.
 func TestWorkersRunBesideABusyOne(t *testing.T) {
 	w := newWorkers()
+	t.Cleanup(w.stop)
 	second := make(chan struct{})
 	firstDone := make(chan struct{})
 	w.run(func() {
@@ -65,6 +67,7 @@ func TestWorkersRunBesideABusyOne(t *testing.T) {
 // A worker that finished parks and takes the next function.
 func TestWorkersReuseAParkedWorker(t *testing.T) {
 	w := newWorkers()
+	t.Cleanup(w.stop)
 	w.run(func() {})
 	parkedWithin(t, w, 1)
 	release := make(chan struct{})
@@ -78,4 +81,17 @@ func TestWorkersReuseAParkedWorker(t *testing.T) {
 	close(release)
 	<-done
 	parkedWithin(t, w, 1)
+}
+
+// stop ends the parked workers.
+func TestWorkersStopEndsParkedOnes(t *testing.T) {
+	w := newWorkers()
+	gate := make(chan struct{})
+	for range 3 { // all busy at once: three workers
+		w.run(func() { <-gate })
+	}
+	close(gate)
+	parkedWithin(t, w, 3)
+	w.stop()
+	parkedWithin(t, w, 0)
 }
