@@ -208,7 +208,7 @@ GPU_CHECK := $(BIN)/gpu-check
 gpu-check-bundle: fastpath
 	rm -rf $(GPU_CHECK) && mkdir -p $(GPU_CHECK)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(GPU_CHECK)/stubvisor ./cmd/stubvisor
-	cp -r gpucheck/. $(GPU_CHECK)/
+	cp -r testdata/gpucheck/. $(GPU_CHECK)/
 	tar -C $(BIN) -czf $(BIN)/gpu-check.tar.gz gpu-check
 
 gpu-check: gpu-check-bundle

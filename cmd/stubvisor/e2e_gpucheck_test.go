@@ -1,8 +1,9 @@
 package main
 
-// The device check script (gpucheck/, make gpu-check) run here against the
-// fake CUDA driver: every check that needs no torch passes, so what runs
-// on a GPU machine is the same code, with the real driver beneath it.
+// The device check script (testdata/gpucheck/, make gpu-check) run here
+// against the fake CUDA driver: every check that needs no torch passes, so
+// what runs on a GPU machine is the same code, with the real driver
+// beneath it.
 
 import (
 	"context"
@@ -26,7 +27,7 @@ func TestGPUCheckScriptOnTheFakeDriver(t *testing.T) {
 	shmBefore := shmEntries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	script, err := filepath.Abs(filepath.Join("..", "..", "gpucheck", "gpu_check.py"))
+	script, err := filepath.Abs(filepath.Join("..", "..", "testdata", "gpucheck", "gpu_check.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
