@@ -1,6 +1,9 @@
 package stubproc
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // workers runs functions on goroutines that live on between them. A BLS
 // call's goroutine runs deep (the call, the callee's scheduler, the read
@@ -9,8 +12,9 @@ import "sync/atomic"
 // call, about 8% of the server's CPU in a chain of decoupled BLS calls. A
 // worker keeps the stack it grew for the next call.
 type workers struct {
-	idle   chan func()
-	parked atomic.Int32
+	idle    chan func()
+	parked  atomic.Int32
+	stopped sync.Once
 }
 
 // maxParkedWorkers bounds the goroutines kept waiting for work.
@@ -43,9 +47,11 @@ func (w *workers) work(f func()) {
 	}
 }
 
-// stop ends the parked workers; run must not be called after it. The
-// process's own pool lives as long as the process: only tests stop theirs.
-func (w *workers) stop() { close(w.idle) }
+// stop ends the parked workers, and those still busy once they finish;
+// a second stop does nothing, and run must not be called after the
+// first. The process's own pool lives as long as the process: only tests
+// stop theirs.
+func (w *workers) stop() { w.stopped.Do(func() { close(w.idle) }) }
 
 // blsWorkers serve the InferExec messages of every stub.
 var blsWorkers = newWorkers()

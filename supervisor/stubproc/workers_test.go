@@ -83,9 +83,10 @@ func TestWorkersReuseAParkedWorker(t *testing.T) {
 	parkedWithin(t, w, 1)
 }
 
-// stop ends the parked workers.
+// stop ends the parked workers, and a second stop does nothing.
 func TestWorkersStopEndsParkedOnes(t *testing.T) {
 	w := newWorkers()
+	t.Cleanup(w.stop) // should the test end before its own stop
 	gate := make(chan struct{})
 	for range 3 { // all busy at once: three workers
 		w.run(func() { <-gate })
@@ -94,4 +95,5 @@ func TestWorkersStopEndsParkedOnes(t *testing.T) {
 	parkedWithin(t, w, 3)
 	w.stop()
 	parkedWithin(t, w, 0)
+	w.stop()
 }
