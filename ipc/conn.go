@@ -88,6 +88,7 @@ type Conn struct {
 	peer     *shmpool.PeerArena
 	dead     *uint32
 	stubPID  *uint32
+	msgPoll  *uint32 // CtlMsgPoll
 	ownBeat  *uint64
 	peerBeat *uint64
 	ppid     int // stub side: the supervisor's pid at attach
@@ -180,6 +181,7 @@ func newConn(region *shmpool.Region, l layout, side int) (*Conn, error) {
 		side:     side,
 		dead:     region.Uint32(CtlDead),
 		stubPID:  region.Uint32(CtlStubPID),
+		msgPoll:  region.Uint32(CtlMsgPoll),
 		spin:     time.Duration(l.spinNs),
 		maxFrame: MaxPayload(l.ringBytes),
 	}
@@ -263,7 +265,11 @@ func (c *Conn) Send(m Message) error {
 // no message comes. A frame that does not decode is consumed and reported
 // as ErrProtocol. Concurrent callers take turns.
 func (c *Conn) Recv(deadline time.Time) (Message, error) {
-	return c.RecvSpin(deadline, c.spin)
+	spin := c.spin
+	if c.side == sideStub {
+		spin = max(spin, time.Duration(atomic.LoadUint32(c.msgPoll)))
+	}
+	return c.RecvSpin(deadline, spin)
 }
 
 // RecvSpin is Recv polling for spin, instead of this side's setting,
@@ -425,6 +431,17 @@ func (c *Conn) PeerHeartbeat() uint64 {
 	}
 	defer c.opMu.RUnlock()
 	return atomic.LoadUint64(c.peerBeat)
+}
+
+// SetMsgPoll sets how long the stub may poll for its next message (the
+// supervisor's side; zero: the header's spin). The supervisor lengthens it
+// while a CPU is spare, where a stub that stays awake between one client's
+// requests spares each of them a wake-up.
+func (c *Conn) SetMsgPoll(d time.Duration) {
+	ns := uint32(min(max(d, 0), maxSpin).Nanoseconds())
+	if atomic.LoadUint32(c.msgPoll) != ns {
+		atomic.StoreUint32(c.msgPoll, ns)
+	}
 }
 
 // StubPID returns the pid the stub wrote at attach (0 before).

@@ -439,3 +439,33 @@ func TestRecvDeadline(t *testing.T) {
 		t.Fatalf("recv of a queued message: %v %v", m, err)
 	}
 }
+
+// TestMsgPollLiftsTheStubsSpin checks the msg_poll word: the stub's wait
+// for a message polls for that long instead of its spin (its spinner's
+// first budget), the supervisor's waits ignore it, and it is capped.
+func TestMsgPollLiftsTheStubsSpin(t *testing.T) {
+	noLeaks(t)
+	sup, stub := pair(t, DefaultSettings())
+	sup.SetMsgPoll(5 * time.Millisecond)
+	// A deadline already passed: the wait polls once and times out,
+	// which leaves the primed budget as it was.
+	for _, c := range []struct {
+		name string
+		conn *Conn
+		want time.Duration
+	}{
+		{"stub", stub, 5 * time.Millisecond},
+		{"supervisor", sup, defaultSpin},
+	} {
+		if _, err := c.conn.Recv(time.Now()); !errors.Is(err, ErrTimeout) {
+			t.Fatalf("%s: recv with nothing queued: %v, want ErrTimeout", c.name, err)
+		}
+		if got := c.conn.recvSpin.budget; got != c.want {
+			t.Fatalf("%s: poll budget %v, want %v", c.name, got, c.want)
+		}
+	}
+	sup.SetMsgPoll(time.Hour)
+	if got := time.Duration(atomic.LoadUint32(stub.msgPoll)); got != maxSpin {
+		t.Fatalf("msg_poll %v after asking for an hour, want the cap %v", got, maxSpin)
+	}
+}

@@ -20,7 +20,7 @@ func goConstants() map[string]int64 {
 		"HDR_ARENA0_OFF": HdrArena0Off, "HDR_ARENA1_OFF": HdrArena1Off, "HDR_ARENA_MAX": HdrArenaMax,
 		"HDR_ARENA_DEFAULT": HdrArenaDefault, "HDR_ARENA_GROWTH": HdrArenaGrowth, "HEADER_SIZE": HeaderSize,
 		"CTL_DEAD": CtlDead, "CTL_STUB_PID": CtlStubPID, "CTL_SUP_HEARTBEAT": CtlSupHeartbeat,
-		"CTL_STUB_HEARTBEAT": CtlStubHeartbeat, "CTL_ARENA0_USAGE": CtlArena0Usage, "CTL_ARENA1_USAGE": CtlArena1Usage,
+		"CTL_STUB_HEARTBEAT": CtlStubHeartbeat, "CTL_ARENA0_USAGE": CtlArena0Usage, "CTL_ARENA1_USAGE": CtlArena1Usage, "CTL_MSG_POLL": CtlMsgPoll,
 		"RING0_OFF": Ring0Off, "RING_INDEX_BYTES": RingIndexBytes, "RING_TAIL": RingTail, "RING_HEAD": RingHead,
 		"RING_READER_SLEEPING": RingReaderSleeping, "RING_WRITER_SLEEPING": RingWriterSleeping,
 		"WRAP_MARKER": WrapMarker, "FRAME_ALIGN": FrameAlign, "FRAME_HEADER_BYTES": FrameHeaderBytes,

@@ -52,6 +52,8 @@
 //	0x1c0 u64 stub_heartbeat   stub heartbeat thread, incremented every 100 ms
 //	0x200 u64 x3 arena0 usage  supervisor: committed, in_use, high_water
 //	0x240 u64 x3 arena1 usage  stub: committed, in_use, high_water
+//	0x280 u32 msg_poll_ns      supervisor: how long the stub may poll for its next
+//	                           message while a CPU is spare (0: the header's spin)
 //
 // # Rings
 //

@@ -38,6 +38,7 @@ const (
 	CtlStubHeartbeat = 0x1c0
 	CtlArena0Usage   = 0x200
 	CtlArena1Usage   = 0x240
+	CtlMsgPoll       = 0x280
 )
 
 // Ring geometry: ring 0 starts at Ring0Off; each ring is RingIndexBytes of

@@ -72,6 +72,7 @@ CTL_SUP_HEARTBEAT = 0x180
 CTL_STUB_HEARTBEAT = 0x1C0
 CTL_ARENA0_USAGE = 0x200
 CTL_ARENA1_USAGE = 0x240
+CTL_MSG_POLL = 0x280
 
 # Rings.
 RING0_OFF = 0x1000
@@ -571,6 +572,8 @@ class Channel:
         self._mv32 = _words32(self._mv)
         self._dead = ctypes.c_uint32.from_address(addr + CTL_DEAD)
         self._stub_pid = ctypes.c_uint32.from_address(addr + CTL_STUB_PID)
+        # The supervisor's longer poll for a message while a CPU is spare.
+        self._msg_poll = ctypes.c_uint32.from_address(addr + CTL_MSG_POLL)
         rings = (_Ring(addr, self._mv, header["ring0_off"], header["ring_bytes"], side == 0),
                  _Ring(addr, self._mv, header["ring1_off"], header["ring_bytes"], side == 1))
         arenas = (header["arena0_off"], header["arena1_off"])
@@ -748,9 +751,11 @@ class Channel:
         and polling only takes the slice the supervisor needs). No
         sched_yield: on a busy CPU it hands the core away for a slice."""
         limit = self.spin_ns
+        if which == 0:
+            limit = max(limit, self._msg_poll.value)
         now = time.perf_counter_ns
         start = now()
-        budget = self._budget[which]
+        budget = min(self._budget[which], limit)
         if budget:
             end = start + budget
             if deadline is not None:

@@ -208,6 +208,21 @@ class ChannelTest(unittest.TestCase):
                     stub._learn(0, w, limit)
                 self.assertEqual(stub._budget[0], want)
 
+    def test_msg_poll_word_lifts_the_limit(self):
+        """The supervisor's msg_poll word lifts the limit of a wait for a
+        message above spin_ns, so a budget learnt up to it is kept; at
+        zero the limit is spin_ns again and the budget is cut to it."""
+        _, stub = make_pair(self)
+        long_ns = 20 * stub.spin_ns
+        r = stub._in
+        for name, poll, want in [("lifted", long_ns, long_ns), ("not set", 0, stub.spin_ns)]:
+            with self.subTest(name):
+                stub._msg_poll.value = poll
+                stub._budget[0] = long_ns
+                # A change already there: the poll's first look sees it.
+                self.assertTrue(stub._wait_change(lambda: 1, 0, r.tail_addr, r.reader_sleeping_addr, None, 0))
+                self.assertEqual(stub._budget[0], want)
+
     def test_poll_skipped_when_budget_zero(self):
         """With no budget a wait sleeps at once, and a message that
         arrives wakes it."""

@@ -17,6 +17,8 @@
 //	reader.go       the ring reader: read, readFor, drain, handle
 //	cpugauge.go     whether the stub waits for a CPU when woken: how long a reader polls for a reply
 //	cpugauge_linux.go its figures from /proc/<pid>/schedstat (cpugauge_other.go elsewhere)
+//	spare.go        whether the machine has a CPU to spare: how long a stub polls for its next message
+//	spare_linux.go  its figures from /proc/stat, getrusage and /proc/<pid>/stat (spare_other.go elsewhere)
 //	request.go      Request: one request until its final response; Batch
 //	gate.go         Config.Gate (the rate limiter): the dispatcher that waits for a grant before each execute
 //	response.go     a stub's response turned into the front end's
@@ -83,6 +85,9 @@
 //     lock (clientshm.Registry.mu, a leaf).
 //  7. cpuGauge.mu: the last sample of the stub's run delay, taken with
 //     TryLock by a reader about to poll (a leaf).
+//  8. spare.mu (spareGauge): the live stubs and the last sample of the
+//     machine's CPU time; taken with TryLock before an Execute's send, and
+//     by Spawn and the reaper (a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
 // > clientshm.Registry.mu (ensureMapped). Host.Finish, Config.Gate and

@@ -77,6 +77,7 @@ func (p *Proc) failAll() {
 		}
 	}
 	p.requests = map[uint64]*Request{}
+	spare.done(len(p.batches))
 	p.batches = map[uint64]*Batch{}
 	p.failed = true
 	p.mu.Unlock()
@@ -216,6 +217,7 @@ func (p *Proc) Execute(b *Batch) {
 		return
 	}
 	b.Items = live
+	poll := spare.msgPoll(p.cfg.IPC.Spin, now)
 	// Batch ids follow the order of the ring (failAll relies on it).
 	p.sendMu.Lock()
 	p.mu.Lock()
@@ -232,6 +234,7 @@ func (p *Proc) Execute(b *Batch) {
 	b.id = p.nextID
 	b.sent = now
 	p.batches[b.id] = b
+	spare.sent()
 	for _, pr := range live {
 		p.requests[pr.handle] = pr
 	}
@@ -245,6 +248,8 @@ func (p *Proc) Execute(b *Batch) {
 	}
 	// The message lives in the batch (Send encodes it), then lets go.
 	b.msg = ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}
+	p.conn.SetMsgPoll(poll)
+	p.sentSince.Store(true)
 	err := p.conn.Send(&b.msg)
 	b.msg = ipc.ExecuteMsg{}
 	clear(reqs)
@@ -384,6 +389,9 @@ func (p *Proc) executeDone(m *ipc.ExecuteDoneMsg) {
 	now := time.Now()
 	p.mu.Lock()
 	b := p.batches[m.BatchID]
+	if b != nil {
+		spare.done(1)
+	}
 	delete(p.batches, m.BatchID)
 	if len(p.batches) == 0 {
 		p.execSince = time.Time{}

@@ -64,6 +64,9 @@ type Proc struct {
 	slots chan struct{} // one token per Execute the stub may have queued
 	// cpu says whether the stub waits for a CPU when woken (readSpin).
 	cpu cpuGauge
+	// sentSince is set by each send and cleared by the spare gauge's
+	// sample, which reads the CPU time only of stubs that had work.
+	sentSince atomic.Bool
 	// direct and queue are the host's queues the stub takes batches from.
 	direct, queue <-chan *Batch
 	// lead is the token for reading the ring: one reader at a time.
@@ -171,6 +174,7 @@ func Spawn(cfg Config, host Host) (_ *Proc, retErr error) {
 		batches: map[uint64]*Batch{}, requests: map[uint64]*Request{}, calls: map[uint64]*callReply{},
 	}
 	p.serving, p.endServing = context.WithCancel(context.Background())
+	spare.add(p)
 	for range cfg.PipelineDepth {
 		p.slots <- struct{}{}
 	}
@@ -258,6 +262,7 @@ func (p *Proc) reap(pipes *sync.WaitGroup, out, errs *os.File) {
 		p.conf.Close()
 	}
 	p.cause = cause
+	spare.remove(p)
 	p.conn.MarkDead()
 	p.shm.closeLifeline(p)
 	close(p.exited)
