@@ -437,11 +437,27 @@ func (c *Conn) PeerHeartbeat() uint64 {
 // supervisor's side; zero: the header's spin). The supervisor lengthens it
 // while a CPU is spare, where a stub that stays awake between one client's
 // requests spares each of them a wake-up.
+// A stub polling on the longer limit when it is set back to zero stops
+// once it has polled for its spin. Setting it on a closed Conn does
+// nothing.
 func (c *Conn) SetMsgPoll(d time.Duration) {
+	if c.begin() != nil {
+		return
+	}
+	defer c.opMu.RUnlock()
 	ns := uint32(min(max(d, 0), maxSpin).Nanoseconds())
 	if atomic.LoadUint32(c.msgPoll) != ns {
 		atomic.StoreUint32(c.msgPoll, ns)
 	}
+}
+
+// MsgPoll returns what SetMsgPoll last set (zero on a closed Conn).
+func (c *Conn) MsgPoll() time.Duration {
+	if c.begin() != nil {
+		return 0
+	}
+	defer c.opMu.RUnlock()
+	return time.Duration(atomic.LoadUint32(c.msgPoll))
 }
 
 // StubPID returns the pid the stub wrote at attach (0 before).

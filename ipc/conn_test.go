@@ -465,7 +465,24 @@ func TestMsgPollLiftsTheStubsSpin(t *testing.T) {
 		}
 	}
 	sup.SetMsgPoll(time.Hour)
-	if got := time.Duration(atomic.LoadUint32(stub.msgPoll)); got != maxSpin {
+	if got := stub.MsgPoll(); got != maxSpin {
 		t.Fatalf("msg_poll %v after asking for an hour, want the cap %v", got, maxSpin)
+	}
+}
+
+// TestMsgPollTakenBack checks that a stub's poll on a longer limit than
+// its spin ends, once it has polled for its spin, when the supervisor's
+// word is zero (taken back): a 2 s poll returns long before.
+func TestMsgPollTakenBack(t *testing.T) {
+	noLeaks(t)
+	_, stub := pair(t, DefaultSettings())
+	var word uint64 // never changes
+	start := time.Now()
+	changed, _ := stub.poll(&word, 0, start, 2*time.Second, time.Time{})
+	if changed {
+		t.Fatal("poll reported a change of a word nobody wrote")
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("the poll ran %v with the longer poll taken back", el)
 	}
 }

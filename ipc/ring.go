@@ -184,6 +184,11 @@ func (c *Conn) poll(word *uint64, old uint64, start time.Time, budget time.Durat
 	last := start
 	nextGosched := start.Add(yieldEvery)
 	yield := runtime.GOMAXPROCS(0) == 1
+	// A stub's poll past its spin was allowed by the supervisor's
+	// msg_poll word, which it may take back while the poll runs (it gave
+	// the spare CPU to another stub): the poll then ends as if its budget
+	// had been the spin.
+	lifted := c.side == sideStub && budget > c.spin
 	for i := 1; ; i++ {
 		if atomic.LoadUint64(word) != old {
 			return true, false
@@ -197,6 +202,9 @@ func (c *Conn) poll(word *uint64, old uint64, start time.Time, budget time.Durat
 		}
 		last = now
 		if c.closed.Load() || atomic.LoadUint32(c.dead) != 0 || !now.Before(until) {
+			return false, false
+		}
+		if lifted && now.Sub(start) >= c.spin && atomic.LoadUint32(c.msgPoll) == 0 {
 			return false, false
 		}
 		// With a single P, let this process's other goroutines have it

@@ -750,9 +750,16 @@ class Channel:
         saw its own clock jump (it was descheduled: the CPU is contended,
         and polling only takes the slice the supervisor needs). No
         sched_yield: on a busy CPU it hands the core away for a slice."""
-        limit = self.spin_ns
+        limit = spin = self.spin_ns
+        lifted = None
         if which == 0:
-            limit = max(limit, self._msg_poll.value)
+            longer = self._msg_poll.value
+            if longer > limit:
+                # The supervisor's longer poll while a CPU is spare: it
+                # may take it back while this poll runs (it gave the CPU
+                # to another stub), and the poll then ends as if its
+                # budget had been the spin.
+                lifted, limit = self._msg_poll, longer
         now = time.perf_counter_ns
         start = now()
         budget = min(self._budget[which], limit)
@@ -774,6 +781,8 @@ class Channel:
                     break
                 last = t
                 if dead.value or self._closed or t >= end:
+                    break
+                if lifted is not None and t - start >= spin and not lifted.value:
                     break
         slice_ = self.idle_slice if deadline is None else WAIT_SLICE
         while True:

@@ -223,6 +223,26 @@ class ChannelTest(unittest.TestCase):
                 self.assertTrue(stub._wait_change(lambda: 1, 0, r.tail_addr, r.reader_sleeping_addr, None, 0))
                 self.assertEqual(stub._budget[0], want)
 
+    def test_msg_poll_taken_back(self):
+        """A poll on the supervisor's longer limit ends once the word is
+        set back to zero (the supervisor gave the CPU to another stub):
+        the wait goes to sleep long before the limit."""
+        _, stub = make_pair(self)
+        r = stub._in
+        flag = ipc._loader32(r.reader_sleeping_addr)
+        stub._msg_poll.value = stub._budget[0] = 2_000_000_000  # 2 s
+        taken = []
+
+        def load():
+            if not taken:  # taken back as soon as the poll begins
+                taken.append(True)
+                stub._msg_poll.value = 0
+            return 1 if flag() else 0  # the change comes once it sleeps
+
+        start = time.monotonic()
+        self.assertTrue(stub._wait_change(load, 0, r.tail_addr, r.reader_sleeping_addr, None, 0))
+        self.assertLess(time.monotonic() - start, 1)
+
     def test_poll_skipped_when_budget_zero(self):
         """With no budget a wait sleeps at once, and a message that
         arrives wakes it."""

@@ -87,9 +87,12 @@
 //     TryLock by a reader about to poll (a leaf).
 //  8. spare.mu (spareGauge): the live stubs and the last sample of the
 //     machine's CPU time; taken with TryLock before an Execute's send, and
-//     by Spawn and the reaper (a leaf).
+//     by Spawn and the reaper.
+//  9. spare.holdMu: which stub holds the longer poll (a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
-// > clientshm.Registry.mu (ensureMapped). Host.Finish, Config.Gate and
-// its Grants are called with none of these held.
+// > clientshm.Registry.mu (ensureMapped); spare.mu > spare.holdMu (a
+// sample that finds no CPU spare takes the longer poll back).
+// Host.Finish, Config.Gate and its Grants are called with none of these
+// held.
 package stubproc

@@ -217,7 +217,7 @@ func (p *Proc) Execute(b *Batch) {
 		return
 	}
 	b.Items = live
-	poll := spare.msgPoll(p.cfg.IPC.Spin, now)
+	spare.grant(p, p.cfg.IPC.Spin, now)
 	// Batch ids follow the order of the ring (failAll relies on it).
 	p.sendMu.Lock()
 	p.mu.Lock()
@@ -248,7 +248,6 @@ func (p *Proc) Execute(b *Batch) {
 	}
 	// The message lives in the batch (Send encodes it), then lets go.
 	b.msg = ipc.ExecuteMsg{BatchID: b.id, Requests: reqs}
-	p.conn.SetMsgPoll(poll)
 	p.sentSince.Store(true)
 	err := p.conn.Send(&b.msg)
 	b.msg = ipc.ExecuteMsg{}

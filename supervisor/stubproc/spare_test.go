@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stubvisor/stubvisor/ipc"
 )
 
 // TestJudgeSpare decides periods of CPU time left to the server tree and
@@ -35,6 +37,65 @@ func TestJudgeSpare(t *testing.T) {
 	}
 }
 
+// testProc is a Proc with a real region (no process): what the gauge
+// reads and writes of a stub.
+func testProc(t *testing.T) *Proc {
+	t.Helper()
+	conn, err := ipc.Create("stubvisor:spare-test", ipc.DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.MarkDead(); conn.Close() })
+	return &Proc{conn: conn, pid: -1}
+}
+
+// TestSpareGrantsToAStubSentTwiceInARow checks who holds the longer
+// poll: a stub sent two executes in a row while a CPU is spare, one stub
+// at a time, and none once sends go to another stub or the CPU is no
+// longer spare.
+func TestSpareGrantsToAStubSentTwiceInARow(t *testing.T) {
+	g := spareGauge{procs: map[*Proc]time.Duration{}}
+	spin := 50 * time.Microsecond
+	long := sparePollFactor * spin
+	a, b := testProc(t), testProc(t)
+	g.add(a)
+	g.add(b)
+	now := time.Now()
+	g.next = now.Add(time.Hour) // no sampling: the test sets the judgement
+	steps := []struct {
+		name  string
+		spare bool
+		to    *Proc
+		a, b  time.Duration
+	}{
+		{"no CPU spare", false, a, 0, 0},
+		{"no CPU spare, a again", false, a, 0, 0},
+		{"spare, a again", true, a, long, 0},
+		{"a once more: unchanged", true, a, long, 0},
+		{"b: sends go round", true, b, 0, 0},
+		{"b again", true, b, 0, long},
+		{"a: taken back from b", true, a, 0, 0},
+		{"a again, then no CPU spare", true, a, long, 0},
+	}
+	for _, st := range steps {
+		g.spare.Store(st.spare)
+		g.grant(st.to, spin, now)
+		if got := [2]time.Duration{a.conn.MsgPoll(), b.conn.MsgPoll()}; got != [2]time.Duration{st.a, st.b} {
+			t.Fatalf("%s: polls %v, want [%v %v]", st.name, got, st.a, st.b)
+		}
+	}
+	g.spare.Store(false)
+	g.grant(a, spin, now)
+	if a.conn.MsgPoll() != 0 || g.holder.Load() != nil {
+		t.Fatal("the longer poll kept once no CPU was spare")
+	}
+	g.remove(a)
+	g.remove(b)
+	if g.last.Load() != nil {
+		t.Fatal("a removed stub is still the last one sent to")
+	}
+}
+
 // TestSpareCountsCrowdedSends checks that a send counts as crowded once
 // more executes are in flight than leave a CPU over, and that done
 // takes them back.
@@ -57,26 +118,27 @@ func TestSpareCountsCrowdedSends(t *testing.T) {
 	}
 }
 
-// TestSpareSamplesOncePerPeriod checks that msgPoll reads the figures at
-// most once per sparePeriod, and that it allows the longer poll only once
-// a period was judged spare.
+// TestSpareSamplesOncePerPeriod checks that grant reads the figures at
+// most once per sparePeriod.
 func TestSpareSamplesOncePerPeriod(t *testing.T) {
 	g := spareGauge{procs: map[*Proc]time.Duration{}}
+	p := testProc(t)
 	now := time.Now()
-	if d := g.msgPoll(time.Millisecond, now); d != 0 {
-		t.Fatalf("longer poll %v before any period was measured", d)
-	}
+	g.grant(p, time.Millisecond, now)
 	next := g.next
 	if !next.Equal(now.Add(sparePeriod)) {
 		t.Fatalf("next sample at %v, want %v", next, now.Add(sparePeriod))
 	}
-	g.msgPoll(time.Millisecond, now.Add(sparePeriod/2))
+	if p.conn.MsgPoll() != 0 {
+		t.Fatal("granted before any period was measured")
+	}
+	g.grant(p, time.Millisecond, now.Add(sparePeriod/2))
 	if !g.next.Equal(next) {
 		t.Fatal("sampled again within the period")
 	}
-	g.spare.Store(true)
-	if d := g.msgPoll(time.Millisecond, now.Add(sparePeriod/2)); d != sparePollFactor*time.Millisecond {
-		t.Fatalf("longer poll %v while spare, want %v", d, sparePollFactor*time.Millisecond)
+	g.grant(p, time.Millisecond, next)
+	if !g.next.Equal(next.Add(sparePeriod)) {
+		t.Fatal("did not sample once the period passed")
 	}
 }
 
