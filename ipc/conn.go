@@ -436,10 +436,9 @@ func (c *Conn) PeerHeartbeat() uint64 {
 // SetMsgPoll sets how long the stub may poll for its next message (the
 // supervisor's side; zero: the header's spin). The supervisor lengthens it
 // while a CPU is spare, where a stub that stays awake between one client's
-// requests spares each of them a wake-up.
-// A stub polling on the longer limit when it is set back to zero stops
-// once it has polled for its spin. Setting it on a closed Conn does
-// nothing.
+// requests spares each of them a wake-up. A stub polling on the longer
+// limit when it is set back to zero stops once it has polled for its spin.
+// Setting it on a closed Conn does nothing.
 func (c *Conn) SetMsgPoll(d time.Duration) {
 	if c.begin() != nil {
 		return

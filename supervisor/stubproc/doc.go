@@ -12,7 +12,7 @@
 //
 //	doc.go          this description
 //	host.go         Host (the way up) and Config (what a stub is spawned with)
-//	proc.go         Proc: one stub process's life (spawn, reap, kill, watch, stop)
+//	proc.go         Proc: one stub process's life (spawn, reap, kill, watch, retire, stop)
 //	exchange.go     the request table: Call, Execute, executeDone, deliver, releases
 //	reader.go       the ring reader: read, readFor, drain, handle
 //	cpugauge.go     whether the stub waits for a CPU when woken: how long a reader polls for a reply
@@ -85,14 +85,14 @@
 //     lock (clientshm.Registry.mu, a leaf).
 //  7. cpuGauge.mu: the last sample of the stub's run delay, taken with
 //     TryLock by a reader about to poll (a leaf).
-//  8. spare.mu (spareGauge): the live stubs and the last sample of the
+//  8. spareGauge.mu: the live stubs and the last sample of the
 //     machine's CPU time; taken with TryLock before an Execute's send, and
 //     by Spawn and the reaper.
-//  9. spare.holdMu: which stub holds the longer poll (a leaf).
+//  9. spareGauge.holdMu: which stub holds the longer poll (a leaf).
 //
 // Observed nestings: relMu > Proc.mu (releaseLater calls Busy); stubShm.mu
-// > clientshm.Registry.mu (ensureMapped); spare.mu > spare.holdMu (a
-// sample that finds no CPU spare takes the longer poll back).
-// Host.Finish, Config.Gate and its Grants are called with none of these
-// held.
+// > clientshm.Registry.mu (ensureMapped); spareGauge.mu >
+// spareGauge.holdMu (a sample that finds no CPU spare takes the longer
+// poll back). Host.Finish, Config.Gate and its Grants are called with none
+// of these held.
 package stubproc

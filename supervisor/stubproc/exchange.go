@@ -590,18 +590,3 @@ func inputBytes(in *backendapi.InputTensor) ([]byte, error) {
 	}
 	return in.Data, nil
 }
-
-// Retire makes the stub take no more work: Dispatch ends and TakeSlot
-// refuses, while what it was sent runs to its end (the instance replaces
-// it, then stops it). It is idempotent.
-func (p *Proc) Retire() { p.retireOnce.Do(func() { close(p.retired); p.endServing() }) }
-
-// Retired reports whether Retire was called.
-func (p *Proc) Retired() bool {
-	select {
-	case <-p.retired:
-		return true
-	default:
-		return false
-	}
-}

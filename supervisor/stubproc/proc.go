@@ -507,6 +507,21 @@ func (p *Proc) Stop(deadline time.Time) {
 // stopped stub's region.
 const releaseGrace = 100 * time.Millisecond
 
+// Retire makes the stub take no more work: Dispatch ends and TakeSlot
+// refuses, while what it was sent runs to its end (the instance replaces
+// it, then stops it). It is idempotent.
+func (p *Proc) Retire() { p.retireOnce.Do(func() { close(p.retired); p.endServing() }) }
+
+// Retired reports whether Retire was called.
+func (p *Proc) Retired() bool {
+	select {
+	case <-p.retired:
+		return true
+	default:
+		return false
+	}
+}
+
 // Healthy reports whether this incarnation proved itself, which resets the
 // restart backoff.
 func (p *Proc) Healthy() bool {
