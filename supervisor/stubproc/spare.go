@@ -21,8 +21,12 @@ import (
 //   - the CPU time that processes other than this server and its stubs
 //     left over (idle time, plus what the server tree used) came to at
 //     least spareCPUs: the neighbours leave a CPU free;
-//   - nearly every execute was sent with at most NumCPU-1 executes in
+//   - nearly every execute was sent with at most GOMAXPROCS-1 executes in
 //     flight, counting itself: the server's own pipeline leaves a CPU free.
+//
+// GOMAXPROCS, not the machine's CPU count, bounds both: the Go runtime
+// sets it from a container's CPU limit, and a poll that spent the pod's
+// quota would take it from the server however idle the node is.
 //
 // Counting the server tree's own time as spare is what tells a quiet
 // machine from a busy one. On a small machine the client, the server's
@@ -54,8 +58,10 @@ type spareGauge struct {
 
 	// executing counts the executes sent to any stub and not yet done;
 	// sends and crowded count, since the last sample, the executes sent
-	// and those sent with more than NumCPU-1 in flight.
-	executing, sends, crowded atomic.Int64
+	// and those sent with more than cpus-1 in flight. cpus is GOMAXPROCS
+	// at the last sample (the runtime may change it as a container's
+	// limit changes; reading it takes the scheduler's lock).
+	executing, sends, crowded, cpus atomic.Int64
 }
 
 // cpuTimes is one sample of the machine's idle time and this server's CPU
@@ -140,7 +146,7 @@ func (g *spareGauge) setHolder(p *Proc, poll time.Duration) {
 // sent records an execute sent.
 func (g *spareGauge) sent() {
 	g.sends.Add(1)
-	if g.executing.Add(1) > int64(max(runtime.NumCPU()-1, 1)) {
+	if g.executing.Add(1) > max(g.cpus.Load()-1, 1) {
 		g.crowded.Add(1)
 	}
 }
@@ -168,7 +174,9 @@ func (g *spareGauge) sample(now time.Time) {
 		}
 	}
 	sends, crowded := g.sends.Swap(0), g.crowded.Swap(0)
-	spare := ok && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded)
+	cpus := runtime.GOMAXPROCS(0)
+	g.cpus.Store(int64(cpus))
+	spare := ok && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded, cpus)
 	g.spare.Store(spare)
 	if !spare && g.holder.Load() != nil {
 		g.setHolder(nil, 0)
@@ -177,8 +185,9 @@ func (g *spareGauge) sample(now time.Time) {
 }
 
 // judgeSpare decides one period of wall time: left is the CPU time others
-// left to the server tree, sends and crowded the executes sent and those
-// sent with no CPU over.
-func judgeSpare(wall, left time.Duration, sends, crowded int64) bool {
+// left to the server tree (of which it may use at most cpus CPUs), sends
+// and crowded the executes sent and those sent with no CPU over.
+func judgeSpare(wall, left time.Duration, sends, crowded int64, cpus int) bool {
+	left = min(left, time.Duration(cpus)*wall)
 	return wall > 0 && float64(left) >= spareCPUs*float64(wall) && crowded*10 <= sends
 }

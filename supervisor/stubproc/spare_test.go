@@ -10,28 +10,30 @@ import (
 )
 
 // TestJudgeSpare decides periods of CPU time left to the server tree and
-// of executes sent.
+// of executes sent, on two CPUs unless the case says otherwise.
 func TestJudgeSpare(t *testing.T) {
 	ms := time.Millisecond
 	cases := []struct {
 		name           string
 		wall, left     time.Duration
 		sends, crowded int64
+		cpus           int
 		want           bool
 	}{
-		{"one request at a time on a quiet machine", 100 * ms, 150 * ms, 300, 0, true},
-		{"the tree's own time counts as left to it", 100 * ms, 125 * ms, 300, 0, true},
-		{"neighbours take more than a CPU", 100 * ms, 80 * ms, 300, 0, false},
-		{"most executes sent beside others", 100 * ms, 190 * ms, 1000, 950, false},
-		{"a few crowded sends are allowed", 100 * ms, 150 * ms, 1000, 100, true},
-		{"one more is too many", 100 * ms, 150 * ms, 1000, 101, false},
-		{"no executes: the CPU alone decides", 100 * ms, 150 * ms, 0, 0, true},
-		{"no time passed", 0, 0, 1, 0, false},
+		{"one request at a time on a quiet machine", 100 * ms, 150 * ms, 300, 0, 2, true},
+		{"the tree's own time counts as left to it", 100 * ms, 125 * ms, 300, 0, 2, true},
+		{"neighbours take more than a CPU", 100 * ms, 80 * ms, 300, 0, 2, false},
+		{"most executes sent beside others", 100 * ms, 190 * ms, 1000, 950, 2, false},
+		{"a few crowded sends are allowed", 100 * ms, 150 * ms, 1000, 100, 2, true},
+		{"one more is too many", 100 * ms, 150 * ms, 1000, 101, 2, false},
+		{"no executes: the CPU alone decides", 100 * ms, 150 * ms, 0, 0, 2, true},
+		{"no time passed", 0, 0, 1, 0, 2, false},
+		{"an idle node, but a container limited to one CPU", 100 * ms, 6000 * ms, 300, 0, 1, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := judgeSpare(c.wall, c.left, c.sends, c.crowded); got != c.want {
-				t.Fatalf("judgeSpare(%v, %v, %d, %d) = %v, want %v", c.wall, c.left, c.sends, c.crowded, got, c.want)
+			if got := judgeSpare(c.wall, c.left, c.sends, c.crowded, c.cpus); got != c.want {
+				t.Fatalf("judgeSpare(%v, %v, %d, %d, %d) = %v, want %v", c.wall, c.left, c.sends, c.crowded, c.cpus, got, c.want)
 			}
 		})
 	}
@@ -101,7 +103,8 @@ func TestSpareGrantsToAStubSentTwiceInARow(t *testing.T) {
 // takes them back.
 func TestSpareCountsCrowdedSends(t *testing.T) {
 	g := spareGauge{procs: map[*Proc]time.Duration{}}
-	free := int64(max(runtime.NumCPU()-1, 1))
+	g.cpus.Store(3)
+	free := int64(2)
 	for range free {
 		g.sent()
 	}
