@@ -1,6 +1,7 @@
 package stubproc
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,12 @@ import (
 //   - nearly every execute was sent with at most GOMAXPROCS-1 executes in
 //     flight, counting itself: the server's own pipeline leaves a CPU free.
 //
-// GOMAXPROCS, not the machine's CPU count, bounds both: the Go runtime
-// sets it from a container's CPU limit, and a poll that spent the pod's
-// quota would take it from the server however idle the node is.
+// The CPUs the server may use bound both, not the machine's: GOMAXPROCS,
+// or the cgroup's CPU quota where that is lower (the Go runtime keeps
+// GOMAXPROCS at 2 or more under a smaller quota). A poll that spent a
+// pod's quota would take it from the server however idle the node is
+// (measured: under a 1-CPU quota, quiet c1 gained nothing and the cgroup
+// was throttled; docs/performance.md, round 10).
 //
 // Counting the server tree's own time as spare is what tells a quiet
 // machine from a busy one. On a small machine the client, the server's
@@ -174,8 +178,11 @@ func (g *spareGauge) sample(now time.Time) {
 		}
 	}
 	sends, crowded := g.sends.Swap(0), g.crowded.Swap(0)
-	cpus := runtime.GOMAXPROCS(0)
-	g.cpus.Store(int64(cpus))
+	cpus := float64(runtime.GOMAXPROCS(0))
+	if q, ok := cpuQuota(); ok && q < cpus {
+		cpus = q
+	}
+	g.cpus.Store(int64(math.Ceil(cpus)))
 	spare := ok && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded, cpus)
 	g.spare.Store(spare)
 	if !spare && g.holder.Load() != nil {
@@ -187,7 +194,7 @@ func (g *spareGauge) sample(now time.Time) {
 // judgeSpare decides one period of wall time: left is the CPU time others
 // left to the server tree (of which it may use at most cpus CPUs), sends
 // and crowded the executes sent and those sent with no CPU over.
-func judgeSpare(wall, left time.Duration, sends, crowded int64, cpus int) bool {
-	left = min(left, time.Duration(cpus)*wall)
+func judgeSpare(wall, left time.Duration, sends, crowded int64, cpus float64) bool {
+	left = min(left, time.Duration(cpus*float64(wall)))
 	return wall > 0 && float64(left) >= spareCPUs*float64(wall) && crowded*10 <= sends
 }

@@ -17,7 +17,7 @@ func TestJudgeSpare(t *testing.T) {
 		name           string
 		wall, left     time.Duration
 		sends, crowded int64
-		cpus           int
+		cpus           float64
 		want           bool
 	}{
 		{"one request at a time on a quiet machine", 100 * ms, 150 * ms, 300, 0, 2, true},
@@ -33,7 +33,7 @@ func TestJudgeSpare(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if got := judgeSpare(c.wall, c.left, c.sends, c.crowded, c.cpus); got != c.want {
-				t.Fatalf("judgeSpare(%v, %v, %d, %d, %d) = %v, want %v", c.wall, c.left, c.sends, c.crowded, c.cpus, got, c.want)
+				t.Fatalf("judgeSpare(%v, %v, %d, %d, %v) = %v, want %v", c.wall, c.left, c.sends, c.crowded, c.cpus, got, c.want)
 			}
 		})
 	}
