@@ -95,12 +95,14 @@ const (
 	sparePollFactor = 20
 )
 
+// add registers a live stub (Spawn).
 func (g *spareGauge) add(p *Proc) {
 	g.mu.Lock()
 	g.procs[p] = -1
 	g.mu.Unlock()
 }
 
+// remove forgets a stub that exited (the reaper).
 func (g *spareGauge) remove(p *Proc) {
 	g.mu.Lock()
 	delete(g.procs, p)
@@ -164,7 +166,7 @@ func (g *spareGauge) done(n int) { g.executing.Add(-int64(n)) }
 // counted with the next sample that reads it.
 func (g *spareGauge) sample(now time.Time) {
 	s := cpuTimes{at: now, self: selfCPU()}
-	idle, ok := systemCPU()
+	idle, measured := systemCPU()
 	s.idle = idle
 	for p, prev := range g.procs {
 		if !p.sentSince.Swap(false) && prev >= 0 {
@@ -183,12 +185,12 @@ func (g *spareGauge) sample(now time.Time) {
 		cpus = q
 	}
 	g.cpus.Store(int64(math.Ceil(cpus)))
-	spare := ok && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded, cpus)
+	spare := measured && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded, cpus)
 	g.spare.Store(spare)
 	if !spare && g.holder.Load() != nil {
 		g.setHolder(nil, 0)
 	}
-	g.prev, g.sampled = s, ok
+	g.prev, g.sampled = s, measured
 }
 
 // judgeSpare decides one period of wall time: left is the CPU time others
