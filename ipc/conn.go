@@ -265,11 +265,16 @@ func (c *Conn) Send(m Message) error {
 // no message comes. A frame that does not decode is consumed and reported
 // as ErrProtocol. Concurrent callers take turns.
 func (c *Conn) Recv(deadline time.Time) (Message, error) {
-	spin := c.spin
+	return c.RecvSpin(deadline, c.recvLimit())
+}
+
+// recvLimit is the longest a Recv polls: this side's spin, or on the
+// stub's side the supervisor's longer msg_poll when it is set.
+func (c *Conn) recvLimit() time.Duration {
 	if c.side == sideStub {
-		spin = max(spin, time.Duration(atomic.LoadUint32(c.msgPoll)))
+		return max(c.spin, time.Duration(atomic.LoadUint32(c.msgPoll)))
 	}
-	return c.RecvSpin(deadline, spin)
+	return c.spin
 }
 
 // RecvSpin is Recv polling for spin, instead of this side's setting,

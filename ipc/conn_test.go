@@ -441,28 +441,20 @@ func TestRecvDeadline(t *testing.T) {
 }
 
 // TestMsgPollLiftsTheStubsSpin checks the msg_poll word: the stub's wait
-// for a message polls for that long instead of its spin (its spinner's
-// first budget), the supervisor's waits ignore it, and it is capped.
+// for a message polls for that long instead of its spin, the
+// supervisor's waits ignore it, and it is capped.
 func TestMsgPollLiftsTheStubsSpin(t *testing.T) {
 	noLeaks(t)
 	sup, stub := pair(t, DefaultSettings())
+	if got := stub.recvLimit(); got != defaultSpin {
+		t.Fatalf("stub's limit %v with the word unset, want the spin %v", got, defaultSpin)
+	}
 	sup.SetMsgPoll(5 * time.Millisecond)
-	// A deadline already passed: the wait polls once and times out,
-	// which leaves the primed budget as it was.
-	for _, c := range []struct {
-		name string
-		conn *Conn
-		want time.Duration
-	}{
-		{"stub", stub, 5 * time.Millisecond},
-		{"supervisor", sup, defaultSpin},
-	} {
-		if _, err := c.conn.Recv(time.Now()); !errors.Is(err, ErrTimeout) {
-			t.Fatalf("%s: recv with nothing queued: %v, want ErrTimeout", c.name, err)
-		}
-		if got := c.conn.recvSpin.budget; got != c.want {
-			t.Fatalf("%s: poll budget %v, want %v", c.name, got, c.want)
-		}
+	if got := stub.recvLimit(); got != 5*time.Millisecond {
+		t.Fatalf("stub's limit %v, want 5ms", got)
+	}
+	if got := sup.recvLimit(); got != defaultSpin {
+		t.Fatalf("supervisor's limit %v, want its spin %v", got, defaultSpin)
 	}
 	sup.SetMsgPoll(time.Hour)
 	if got := stub.MsgPoll(); got != maxSpin {
