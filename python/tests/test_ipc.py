@@ -7,10 +7,12 @@ by the Go tests in ipc/ (TestRoundTrip, TestPeerKilled, ...).
 """
 
 import ctypes
+import itertools
 import os
 import threading
 import time
 import unittest
+from unittest import mock
 
 from stubvisor import ipc
 
@@ -226,22 +228,28 @@ class ChannelTest(unittest.TestCase):
     def test_msg_poll_taken_back(self):
         """A poll on the supervisor's longer limit ends once the word is
         set back to zero (the supervisor gave the CPU to another stub):
-        the wait goes to sleep long before the limit."""
+        the wait goes to sleep after about its spin, not the limit. The
+        poll's clock is a fake one, a microsecond a read, so no
+        preemption (which also ends a poll early) can hide a poll that
+        ignores the word."""
         _, stub = make_pair(self)
         r = stub._in
         flag = ipc._loader32(r.reader_sleeping_addr)
-        stub._msg_poll.value = stub._budget[0] = 2_000_000_000  # 2 s
-        taken = []
+        stub._msg_poll.value = stub._budget[0] = 20_000_000  # 20 ms
+        looks = []
 
         def load():
-            if not taken:  # taken back as soon as the poll begins
-                taken.append(True)
+            if not looks:  # taken back as soon as the poll begins
                 stub._msg_poll.value = 0
+            looks.append(None)
             return 1 if flag() else 0  # the change comes once it sleeps
 
-        start = time.monotonic()
-        self.assertTrue(stub._wait_change(load, 0, r.tail_addr, r.reader_sleeping_addr, None, 0))
-        self.assertLess(time.monotonic() - start, 1)
+        clock = itertools.count(0, 1000)
+        with mock.patch.object(ipc.time, "perf_counter_ns", lambda: next(clock)):
+            self.assertTrue(stub._wait_change(load, 0, r.tail_addr, r.reader_sleeping_addr, None, 0))
+        # 8 looks a clock read: the spin (50 µs) is about 400 looks, the
+        # 20 ms limit about 160,000.
+        self.assertLess(len(looks), 8 * 4 * stub.spin_ns // 1000)
 
     def test_poll_skipped_when_budget_zero(self):
         """With no budget a wait sleeps at once, and a message that

@@ -89,6 +89,9 @@ func TestReadSelf(t *testing.T) {
 	if after.CPUSeconds <= before.CPUSeconds {
 		t.Errorf("CPU seconds %v -> %v after 100ms of work", before.CPUSeconds, after.CPUSeconds)
 	}
+	if cpu, err := CPU(os.Getpid()); err != nil || cpu.Seconds() < after.CPUSeconds {
+		t.Errorf("CPU() = %v, %v; Read's CPUSeconds just before = %v", cpu, err, after.CPUSeconds)
+	}
 	mem[0]++
 }
 
@@ -104,5 +107,8 @@ func TestReadGone(t *testing.T) {
 	}
 	if _, err := RSS(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("RSS of a reaped process: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := CPU(cmd.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("CPU of a reaped process: %v, want fs.ErrNotExist", err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stubvisor/stubvisor/supervisor/procstat"
 )
 
 // spareGauge tells whether the machine has a CPU to spare for a stub that
@@ -68,13 +70,12 @@ type spareGauge struct {
 	executing, sends, crowded, cpus atomic.Int64
 }
 
-// cpuTimes is one sample of the machine's idle time and this server's CPU
-// time.
+// cpuTimes is one sample of the machine's idle time and this process's
+// CPU time (the stubs' are kept per stub, in procs).
 type cpuTimes struct {
-	at    time.Time
-	idle  time.Duration // the machine's, summed over its CPUs
-	self  time.Duration // this process's
-	stubs time.Duration // the stubs', since their own last samples
+	at   time.Time
+	idle time.Duration // the machine's, summed over its CPUs
+	self time.Duration // this process's
 }
 
 // spare is the process's gauge: the CPUs are the machine's, whichever
@@ -168,13 +169,14 @@ func (g *spareGauge) sample(now time.Time) {
 	s := cpuTimes{at: now, self: selfCPU()}
 	idle, measured := systemCPU()
 	s.idle = idle
+	var stubs time.Duration // since each stub's own last sample
 	for p, prev := range g.procs {
 		if !p.sentSince.Swap(false) && prev >= 0 {
 			continue
 		}
-		if t, ok := procCPU(p.pid); ok {
+		if t, err := procstat.CPU(p.pid); err == nil {
 			if prev >= 0 && t >= prev {
-				s.stubs += t - prev
+				stubs += t - prev
 			}
 			g.procs[p] = t
 		}
@@ -185,7 +187,7 @@ func (g *spareGauge) sample(now time.Time) {
 		cpus = q
 	}
 	g.cpus.Store(int64(math.Ceil(cpus)))
-	spare := measured && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+s.stubs, sends, crowded, cpus)
+	spare := measured && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+stubs, sends, crowded, cpus)
 	g.spare.Store(spare)
 	if !spare && g.holder.Load() != nil {
 		g.setHolder(nil, 0)

@@ -51,29 +51,6 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU returns process pid's CPU time, all threads, from
-// /proc/<pid>/stat (utime and stime, its 14th and 15th fields).
-func procCPU(pid int) (time.Duration, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseUint(string(f[11]), 10, 64)
-	s, err2 := strconv.ParseUint(string(f[12]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return time.Duration(u+s) * clockTick, true
-}
-
 // quotaFiles locates this process's CPU quota once: cgroup v2's cpu.max,
 // or cgroup v1's cpu.cfs_quota_us beside cpu.cfs_period_us.
 var quotaFiles = sync.OnceValue(func() []string {

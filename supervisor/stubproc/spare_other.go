@@ -7,5 +7,4 @@ import "time"
 // Off Linux the gauge has no figures: no CPU counts as spare.
 func systemCPU() (idle time.Duration, ok bool) { return 0, false }
 func selfCPU() time.Duration                   { return 0 }
-func procCPU(pid int) (time.Duration, bool)    { return 0, false }
 func cpuQuota() (cpus float64, ok bool)        { return 0, false }

@@ -1,7 +1,6 @@
 package stubproc
 
 import (
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -147,18 +146,18 @@ func TestSpareSamplesOncePerPeriod(t *testing.T) {
 
 // TestCPUTimesReadProc reads this machine's and this process's figures:
 // on Linux they exist, and this process's grow with the CPU it burns.
+// (The stubs' come from procstat.CPU, tested there.)
 func TestCPUTimesReadProc(t *testing.T) {
 	idle0, ok := systemCPU()
 	self0 := selfCPU()
-	proc0, pok := procCPU(os.Getpid())
 	if runtime.GOOS != "linux" {
-		if ok || pok {
+		if ok || self0 != 0 {
 			t.Fatal("figures reported off Linux")
 		}
 		return
 	}
-	if !ok || !pok {
-		t.Fatalf("systemCPU ok %v, procCPU(self) ok %v", ok, pok)
+	if !ok {
+		t.Fatal("systemCPU found no figures")
 	}
 	// Burn 60 ms of CPU, however long a loaded machine makes that take.
 	for end := time.Now().Add(10 * time.Second); selfCPU()-self0 < 60*time.Millisecond; {
@@ -166,15 +165,7 @@ func TestCPUTimesReadProc(t *testing.T) {
 			t.Fatalf("selfCPU grew by only %v in 10 s of burning", selfCPU()-self0)
 		}
 	}
-	idle1, _ := systemCPU()
-	proc1, _ := procCPU(os.Getpid())
-	if idle1 < idle0 {
+	if idle1, _ := systemCPU(); idle1 < idle0 {
 		t.Fatalf("the machine's idle time fell from %v to %v", idle0, idle1)
-	}
-	if proc1 <= proc0 {
-		t.Fatalf("procCPU(self) did not grow over 60 ms of CPU (%v, then %v)", proc0, proc1)
-	}
-	if _, ok := procCPU(-1); ok {
-		t.Fatal("procCPU(-1) reported figures")
 	}
 }
