@@ -200,6 +200,7 @@ func runEnsembleBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	printWakeCost()
 	env, err := newBenchEnv("ensemble", sf, ensBenchModels...)
 	if err != nil {
 		return err

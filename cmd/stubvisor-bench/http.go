@@ -150,6 +150,7 @@ func runHTTPBench(args []string) error {
 	if *quick {
 		*duration, *warmup = time.Second, 300*time.Millisecond
 	}
+	printWakeCost()
 	extra := []string{"--cache-config", "local,size=1048576"}
 	if *spin != "" {
 		extra = append(extra, "--stub-spin", *spin)

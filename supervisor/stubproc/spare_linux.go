@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
@@ -92,6 +94,17 @@ func cgroupQuotaFiles(procCgroup string, exists func(string) bool) []string {
 		}
 	}
 	return nil
+}
+
+// affinityCPUs counts the CPUs the calling thread may run on (taskset, a
+// cpuset): the server's threads and its stubs inherit the process's. It is
+// read at each sample, so that a later taskset -p is followed.
+func affinityCPUs() (n int, ok bool) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, false
+	}
+	return set.Count(), true
 }
 
 // cpuQuota returns the CPUs this process's cgroup may use per second, if

@@ -1,9 +1,41 @@
 package stubproc
 
 import (
+	"runtime"
 	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// TestAffinityCPUs counts the CPUs the calling thread may run on, and
+// follows a change of its affinity (as taskset -p makes).
+func TestAffinityCPUs(t *testing.T) {
+	// Never unlocked: the thread, pinned below, ends with the test's
+	// goroutine instead of going back to the runtime's pool.
+	runtime.LockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	n, ok := affinityCPUs()
+	if !ok || n != all.Count() || n < 1 {
+		t.Fatalf("affinityCPUs() = %d, %v; want %d", n, ok, all.Count())
+	}
+	var one unix.CPUSet
+	for c := 0; ; c++ {
+		if all.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := affinityCPUs(); !ok || n != 1 {
+		t.Fatalf("pinned to one CPU: affinityCPUs() = %d, %v", n, ok)
+	}
+}
 
 // TestCgroupQuota finds and reads a cgroup's CPU quota, v2 and v1.
 func TestCgroupQuota(t *testing.T) {

@@ -8,3 +8,4 @@ import "time"
 func systemCPU() (idle time.Duration, ok bool) { return 0, false }
 func selfCPU() time.Duration                   { return 0 }
 func cpuQuota() (cpus float64, ok bool)        { return 0, false }
+func affinityCPUs() (n int, ok bool)           { return 0, false }
