@@ -94,11 +94,6 @@ func measureWakeCost(a, b int, d time.Duration) (wakeCost, error) {
 	}, nil
 }
 
-// futexWait sleeps while *w == val, at most 100 ms: a wake-up that came
-// before the sleep is then only late, never lost for good. It is a raw
-// system call, so the runtime does not hand the thread's P to another
-// thread meanwhile (which would add its own wake-ups to the figure); each
-// player keeps a P, hence measureWakeCost needs GOMAXPROCS of at least 2.
 // FUTEX_WAIT and FUTEX_WAKE with FUTEX_PRIVATE_FLAG: the word is this
 // process's own.
 const (
@@ -106,6 +101,11 @@ const (
 	futexWakePrivate = 1 | 128
 )
 
+// futexWait sleeps while *w == val, at most 100 ms: a wake-up that came
+// before the sleep is then only late, never lost for good. It is a raw
+// system call, so the runtime does not hand the thread's P to another
+// thread meanwhile (which would add its own wake-ups to the figure); each
+// player keeps a P, hence measureWakeCost needs GOMAXPROCS of at least 2.
 func futexWait(w *atomic.Uint32, val uint32) {
 	ts := unix.NsecToTimespec(int64(100 * time.Millisecond))
 	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(w)), futexWaitPrivate, uintptr(val),

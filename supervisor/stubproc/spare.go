@@ -32,9 +32,9 @@ import (
 // lower (the Go runtime keeps GOMAXPROCS at 2 or more under a smaller
 // quota, and GOMAXPROCS set in the environment outranks the affinity). On
 // a server pinned to one CPU, a polling stub takes that CPU from the
-// thread that would send its next execute (measured: quiet c1 fell from
-// 6,274-8,051 to 896-908 rps under `taskset -c 1` with GOMAXPROCS=2
-// before the affinity was read). A poll that spent a
+// thread that would send its next execute (measured under `taskset -c 1`
+// with GOMAXPROCS=2: quiet c1 ran at 896-908 rps before the affinity was
+// read, 2,006-3,349 after). A poll that spent a
 // pod's quota would take it from the server however idle the node is
 // (measured: under a 1-CPU quota, quiet c1 gained nothing and the cgroup
 // was throttled; docs/performance.md, round 10).

@@ -98,7 +98,7 @@ func cgroupQuotaFiles(procCgroup string, exists func(string) bool) []string {
 
 // affinityCPUs counts the CPUs the calling thread may run on (taskset, a
 // cpuset): the server's threads and its stubs inherit the process's. It is
-// read at each sample, so that a later taskset -p is followed.
+// read at each sample, so that a later taskset -a -p is followed.
 func affinityCPUs() (n int, ok bool) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
