@@ -125,19 +125,26 @@ func threadCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// printWakeCost prints the machine's wake-up costs as one line: the round
-// trip and the CPU per wake-up, on one CPU and across two, and the guest
-// halt-poll setting where the kernel has one. It is measured while nothing
-// else of the bench runs.
+// printWakeCost prints the machine's wake-up costs as one line (see
+// wakeCostLine), measured while nothing else of the bench runs.
 func printWakeCost() {
+	line, err := wakeCostLine()
+	if err != nil {
+		line = fmt.Sprintf("machine wake error=%q", err.Error())
+	}
+	fmt.Println(line)
+}
+
+// wakeCostLine measures the round trip and the CPU per wake-up on one CPU
+// and across the first two this process may use, for 300 ms each, and
+// names the guest halt-poll setting where the kernel has one.
+func wakeCostLine() (string, error) {
 	if runtime.GOMAXPROCS(0) < 2 {
-		fmt.Println("machine wake skipped=GOMAXPROCS<2")
-		return
+		return "machine wake skipped=GOMAXPROCS<2", nil
 	}
 	var allowed unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		fmt.Printf("machine wake error=%q\n", err.Error())
-		return
+		return "", fmt.Errorf("wake cost: %w", err)
 	}
 	var cpus []int
 	for c := 0; c < len(allowed)*64 && len(cpus) < 2; c++ {
@@ -145,25 +152,23 @@ func printWakeCost() {
 			cpus = append(cpus, c)
 		}
 	}
-	line := "machine wake"
-	same, err := measureWakeCost(cpus[0], cpus[0], 300*time.Millisecond)
-	if err != nil {
-		fmt.Printf("machine wake error=%q\n", err.Error())
-		return
-	}
-	line += fmt.Sprintf(" same_cpu_rtt_us=%.1f same_cpu_us_per_wake=%.1f", us(same.rtt), us(same.cpuPerWake))
+	pairs := [][2]int{{cpus[0], cpus[0]}} // one CPU, then across two
 	if len(cpus) > 1 {
-		cross, err := measureWakeCost(cpus[0], cpus[1], 300*time.Millisecond)
+		pairs = append(pairs, [2]int{cpus[0], cpus[1]})
+	}
+	line := "machine wake"
+	for i, pair := range pairs {
+		c, err := measureWakeCost(pair[0], pair[1], 300*time.Millisecond)
 		if err != nil {
-			fmt.Printf("machine wake error=%q\n", err.Error())
-			return
+			return "", err
 		}
-		line += fmt.Sprintf(" cross_cpu_rtt_us=%.1f cross_cpu_us_per_wake=%.1f", us(cross.rtt), us(cross.cpuPerWake))
+		name := [...]string{"same_cpu", "cross_cpu"}[i]
+		line += fmt.Sprintf(" %s_rtt_us=%.1f %s_us_per_wake=%.1f", name, us(c.rtt), name, us(c.cpuPerWake))
 	}
 	if b, err := os.ReadFile("/sys/module/haltpoll/parameters/guest_halt_poll_ns"); err == nil {
 		line += " guest_halt_poll_ns=" + strings.TrimSpace(string(b))
 	}
-	fmt.Println(line)
+	return line, nil
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

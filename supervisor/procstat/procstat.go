@@ -1,7 +1,8 @@
 // Package procstat reads what a process costs the machine (resident
-// memory, CPU time, open file descriptors and threads) from /proc. A read
-// is two small files and one directory listing; RSS or CPU alone is one
-// small file, cheap enough to take for every stub several times a second.
+// memory, CPU time, open file descriptors and threads) from /proc, and
+// the machine's idle time beside it. A read is two small files and one
+// directory listing; RSS or CPU alone is one small file, cheap enough to
+// take for every stub several times a second.
 package procstat
 
 import "errors"

@@ -11,8 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// userHZ is the unit of the CPU times in /proc/<pid>/stat. The kernel
-// reports them in USER_HZ, which is 100 on every Linux architecture.
+// userHZ is the unit of the CPU times in /proc/<pid>/stat and
+// /proc/stat. The kernel reports them in USER_HZ, which is 100 on every
+// Linux architecture.
 const userHZ = 100
 
 var pageSize = uint64(os.Getpagesize())
@@ -78,6 +79,42 @@ func RSS(pid int) (uint64, error) {
 		return 0, fmt.Errorf("procstat: pid %d: statm: %w", pid, err)
 	}
 	return pages * pageSize, nil
+}
+
+// IdleTime reads the time the machine's CPUs have been idle since boot
+// (idle plus iowait, summed over the CPUs) from the first line of
+// /proc/stat. Over a window, with a process tree's CPU time, it tells how
+// much CPU the other processes left over.
+func IdleTime() (time.Duration, error) {
+	var buf [512]byte // the first line of many: one read is enough
+	b, err := readSmall("/proc/stat", buf[:])
+	if err != nil {
+		return 0, fmt.Errorf("procstat: %w", err)
+	}
+	d, err := parseIdle(b)
+	if err != nil {
+		return 0, fmt.Errorf("procstat: /proc/stat: %w", err)
+	}
+	return d, nil
+}
+
+// parseIdle takes idle and iowait from the "cpu" line at the start of
+// /proc/stat: "cpu user nice system idle iowait ...", in USER_HZ.
+func parseIdle(b []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	fields := bytes.Fields(line)
+	if len(fields) < 6 || string(fields[0]) != "cpu" {
+		return 0, fmt.Errorf("malformed first line %q", line)
+	}
+	var ticks uint64
+	for _, f := range fields[4:6] {
+		v, err := strconv.ParseUint(string(f), 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // parseStat takes utime, stime, num_threads and rss from the contents of

@@ -2,10 +2,12 @@ package procstat
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -89,10 +91,60 @@ func TestReadSelf(t *testing.T) {
 	if after.CPUSeconds <= before.CPUSeconds {
 		t.Errorf("CPU seconds %v -> %v after 100ms of work", before.CPUSeconds, after.CPUSeconds)
 	}
-	if cpu, err := CPU(os.Getpid()); err != nil || cpu.Seconds() < after.CPUSeconds {
-		t.Errorf("CPU() = %v, %v; Read's CPUSeconds just before = %v", cpu, err, after.CPUSeconds)
+	// CPU reads the same figure as Read: between the readings before and
+	// after it (the clock tick rounds both).
+	cpu, err := CPU(os.Getpid())
+	later, err2 := Read(os.Getpid())
+	if err != nil || err2 != nil || cpu.Seconds() < after.CPUSeconds || cpu.Seconds() > later.CPUSeconds {
+		t.Errorf("CPU() = %v, %v; Read's CPUSeconds %v before it and %v (%v) after", cpu, err, after.CPUSeconds, later.CPUSeconds, err2)
 	}
 	mem[0]++
+}
+
+func TestParseIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     time.Duration
+		wantErr  bool
+	}{
+		{"idle plus iowait", "cpu  1080661 649 278396 1060709 5640 0 43652 4386 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n", 10663490 * time.Millisecond, false},
+		{"the first line alone", "cpu 1 2 3 100 50", 1500 * time.Millisecond, false},
+		{"a CPU's line first", "cpu0 1 2 3 4 5\n", 0, true},
+		{"too short", "cpu 1 2 3 4\n", 0, true},
+		{"not a number", "cpu 1 2 3 x 5\n", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseIdle([]byte(tc.in))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("parseIdle(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestIdleTime reads the machine's idle time: at least /proc/uptime's
+// idle figure read before it (which leaves out iowait), at most all the
+// CPUs' time since boot.
+func TestIdleTime(t *testing.T) {
+	uptime := func() (up, idle float64) {
+		b, err := os.ReadFile("/proc/uptime")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Sscan(string(b), &up, &idle); err != nil {
+			t.Fatalf("/proc/uptime %q: %v", b, err)
+		}
+		return up, idle
+	}
+	_, idle0 := uptime()
+	got, err := IdleTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	up1, _ := uptime()
+	if got.Seconds() < idle0-0.01 || got.Seconds() > up1*float64(runtime.NumCPU())+0.01 {
+		t.Fatalf("IdleTime() = %v; /proc/uptime: idle %.2f s before, up %.2f s after, %d CPUs", got, idle0, up1, runtime.NumCPU())
+	}
 }
 
 func TestReadGone(t *testing.T) {

@@ -12,3 +12,6 @@ func RSS(pid int) (uint64, error) { return 0, ErrUnsupported }
 
 // CPU reports ErrUnsupported outside Linux.
 func CPU(pid int) (time.Duration, error) { return 0, ErrUnsupported }
+
+// IdleTime reports ErrUnsupported outside Linux.
+func IdleTime() (time.Duration, error) { return 0, ErrUnsupported }

@@ -18,7 +18,7 @@
 //	cpugauge.go     whether the stub waits for a CPU when woken: how long a reader polls for a reply
 //	cpugauge_linux.go its figures from /proc/<pid>/schedstat (cpugauge_other.go elsewhere)
 //	spare.go        whether the machine has a CPU to spare: how long a stub polls for its next message
-//	spare_linux.go  its figures from /proc/stat, getrusage, the cgroup's CPU quota and the CPU affinity (spare_other.go elsewhere); the stubs' from procstat.CPU
+//	spare_linux.go  its own figures from getrusage, the cgroup's CPU quota and the CPU affinity (spare_other.go elsewhere); the machine's idle time and the stubs' CPU from procstat
 //	request.go      Request: one request until its final response; Batch
 //	gate.go         Config.Gate (the rate limiter): the dispatcher that waits for a grant before each execute
 //	response.go     a stub's response turned into the front end's

@@ -69,9 +69,9 @@ type spareGauge struct {
 
 	// executing counts the executes sent to any stub and not yet done;
 	// sends and crowded count, since the last sample, the executes sent
-	// and those sent with more than cpus-1 in flight. cpus is GOMAXPROCS
-	// at the last sample (the runtime may change it as a container's
-	// limit changes; reading it takes the scheduler's lock).
+	// and those sent with more than cpus-1 in flight. cpus is usableCPUs
+	// at the last sample, rounded up (GOMAXPROCS may change with a
+	// container's limit, and reading it takes the scheduler's lock).
 	executing, sends, crowded, cpus atomic.Int64
 }
 
@@ -172,7 +172,8 @@ func (g *spareGauge) done(n int) { g.executing.Add(-int64(n)) }
 // counted with the next sample that reads it.
 func (g *spareGauge) sample(now time.Time) {
 	s := cpuTimes{at: now, self: selfCPU()}
-	idle, measured := systemCPU()
+	idle, err := procstat.IdleTime()
+	measured := err == nil
 	s.idle = idle
 	var stubs time.Duration // since each stub's own last sample
 	for p, prev := range g.procs {
@@ -187,13 +188,7 @@ func (g *spareGauge) sample(now time.Time) {
 		}
 	}
 	sends, crowded := g.sends.Swap(0), g.crowded.Swap(0)
-	cpus := float64(runtime.GOMAXPROCS(0))
-	if q, ok := cpuQuota(); ok && q < cpus {
-		cpus = q
-	}
-	if n, ok := affinityCPUs(); ok && float64(n) < cpus {
-		cpus = float64(n)
-	}
+	cpus := usableCPUs()
 	g.cpus.Store(int64(math.Ceil(cpus)))
 	spare := measured && g.sampled && judgeSpare(s.at.Sub(g.prev.at), s.idle-g.prev.idle+s.self-g.prev.self+stubs, sends, crowded, cpus)
 	g.spare.Store(spare)
@@ -201,6 +196,19 @@ func (g *spareGauge) sample(now time.Time) {
 		g.setHolder(nil, 0)
 	}
 	g.prev, g.sampled = s, measured
+}
+
+// usableCPUs is how many CPUs the server may use: GOMAXPROCS, or fewer
+// where the cgroup's quota or the calling thread's affinity allows fewer.
+func usableCPUs() float64 {
+	cpus := float64(runtime.GOMAXPROCS(0))
+	if q, ok := cpuQuota(); ok && q < cpus {
+		cpus = q
+	}
+	if n, ok := affinityCPUs(); ok && float64(n) < cpus {
+		cpus = float64(n)
+	}
+	return cpus
 }
 
 // judgeSpare decides one period of wall time: left is the CPU time others

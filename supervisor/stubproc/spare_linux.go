@@ -1,7 +1,6 @@
 package stubproc
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,36 +12,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
-const clockTick = 10 * time.Millisecond
-
-// systemCPU returns the machine's idle time, summed over its CPUs, from
-// the first line of /proc/stat.
-func systemCPU() (idle time.Duration, ok bool) {
-	var buf [512]byte
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0, false
-	}
-	n, _ := f.Read(buf[:])
-	f.Close()
-	line, _, _ := bytes.Cut(buf[:n], []byte{'\n'})
-	fields := bytes.Fields(line)
-	if len(fields) < 6 || string(fields[0]) != "cpu" {
-		return 0, false
-	}
-	for i, f := range fields[1:6] { // user nice system idle iowait
-		v, err := strconv.ParseUint(string(f), 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		if i == 3 || i == 4 {
-			idle += time.Duration(v) * clockTick
-		}
-	}
-	return idle, true
-}
 
 // selfCPU returns this process's CPU time, all threads.
 func selfCPU() time.Duration {

@@ -4,12 +4,14 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // TestAffinityCPUs counts the CPUs the calling thread may run on, and
-// follows a change of its affinity (as taskset -p makes).
+// follows a change of its affinity (as taskset -a -p makes): a sample
+// taken on a thread pinned to one CPU bounds the gauge's CPUs to one.
 func TestAffinityCPUs(t *testing.T) {
 	// Never unlocked: the thread, pinned below, ends with the test's
 	// goroutine instead of going back to the runtime's pool.
@@ -34,6 +36,11 @@ func TestAffinityCPUs(t *testing.T) {
 	}
 	if n, ok := affinityCPUs(); !ok || n != 1 {
 		t.Fatalf("pinned to one CPU: affinityCPUs() = %d, %v", n, ok)
+	}
+	g := spareGauge{procs: map[*Proc]time.Duration{}}
+	g.sample(time.Now())
+	if n := g.cpus.Load(); n != 1 {
+		t.Fatalf("a sample on a thread pinned to one CPU counts %d CPUs (GOMAXPROCS %d)", n, runtime.GOMAXPROCS(0))
 	}
 }
 

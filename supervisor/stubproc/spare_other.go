@@ -5,7 +5,6 @@ package stubproc
 import "time"
 
 // Off Linux the gauge has no figures: no CPU counts as spare.
-func systemCPU() (idle time.Duration, ok bool) { return 0, false }
-func selfCPU() time.Duration                   { return 0 }
-func cpuQuota() (cpus float64, ok bool)        { return 0, false }
-func affinityCPUs() (n int, ok bool)           { return 0, false }
+func selfCPU() time.Duration            { return 0 }
+func cpuQuota() (cpus float64, ok bool) { return 0, false }
+func affinityCPUs() (n int, ok bool)    { return 0, false }

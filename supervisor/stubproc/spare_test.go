@@ -144,28 +144,21 @@ func TestSpareSamplesOncePerPeriod(t *testing.T) {
 	}
 }
 
-// TestCPUTimesReadProc reads this machine's and this process's figures:
-// on Linux they exist, and this process's grow with the CPU it burns.
-// (The stubs' come from procstat.CPU, tested there.)
-func TestCPUTimesReadProc(t *testing.T) {
-	idle0, ok := systemCPU()
+// TestSelfCPU reads this process's CPU time: on Linux it grows with the
+// CPU the process burns. (The machine's idle time and the stubs' CPU time
+// come from procstat, tested there.)
+func TestSelfCPU(t *testing.T) {
 	self0 := selfCPU()
 	if runtime.GOOS != "linux" {
-		if ok || self0 != 0 {
-			t.Fatal("figures reported off Linux")
+		if self0 != 0 {
+			t.Fatal("a figure reported off Linux")
 		}
 		return
-	}
-	if !ok {
-		t.Fatal("systemCPU found no figures")
 	}
 	// Burn 60 ms of CPU, however long a loaded machine makes that take.
 	for end := time.Now().Add(10 * time.Second); selfCPU()-self0 < 60*time.Millisecond; {
 		if time.Now().After(end) {
 			t.Fatalf("selfCPU grew by only %v in 10 s of burning", selfCPU()-self0)
 		}
-	}
-	if idle1, _ := systemCPU(); idle1 < idle0 {
-		t.Fatalf("the machine's idle time fell from %v to %v", idle0, idle1)
 	}
 }
